@@ -1,0 +1,77 @@
+# metalclaim: everything runs from a project-local virtualenv and collections path.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+COLLECTIONS := $(CURDIR)/.collections
+DEVENV_DIR ?= .devenv
+HOSTS ?= 4
+
+export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
+export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: help setup demo test unit integration lint build sanity devenv-up devenv-down controlplane clean lock
+
+help:
+	@echo "make demo   - bring up the local environment and play the user guide's scenario"
+	@echo "make test   - lint, unit and integration tests (builds/reuses the control plane)"
+	@echo "make devenv-up / devenv-down - start/stop the environment in $(DEVENV_DIR)"
+
+$(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements/dev.txt -c requirements/constraints.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+$(COLLECTIONS)/ansible_collections/kubernetes/core/MANIFEST.json: $(VENV)/.installed hack/install-kubernetes-core.py
+	$(PY) hack/install-kubernetes-core.py --dest $(COLLECTIONS)
+	touch $@
+
+# Our own collection is used in place, through a symlink in the collections path.
+$(COLLECTIONS)/ansible_collections/metalclaim/hostclaim:
+	mkdir -p $(dir $@)
+	ln -sfn $(CURDIR) $@
+
+setup: $(VENV)/.installed $(COLLECTIONS)/ansible_collections/kubernetes/core/MANIFEST.json $(COLLECTIONS)/ansible_collections/metalclaim/hostclaim
+
+controlplane: setup
+	bash controller/metalclaim/devenv/build-controlplane.sh
+
+devenv-up: setup
+	$(PY) -m metalclaim.devenv up --dir $(DEVENV_DIR) --hosts $(HOSTS)
+
+devenv-down: setup
+	$(PY) -m metalclaim.devenv down --dir $(DEVENV_DIR)
+
+demo: setup
+	$(PY) -m metalclaim.demo --dir $(DEVENV_DIR) --hosts $(HOSTS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/yamllint --strict .
+	$(VENV)/bin/ansible-lint --profile production
+
+unit: setup
+	$(PY) -m pytest tests/unit -q
+
+integration: setup controlplane
+	$(PY) -m pytest tests/integration -q
+
+build: setup
+	rm -rf build && mkdir -p build
+	$(VENV)/bin/ansible-galaxy collection build --output-path build .
+	$(VENV)/bin/ansible-galaxy collection install --force -p build/install build/metalclaim-hostclaim-*.tar.gz
+	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/install:$(COLLECTIONS) $(VENV)/bin/ansible-doc -l metalclaim.hostclaim
+
+test: lint build controlplane
+	$(PY) -m pytest tests/unit tests/integration
+
+lock: setup
+	$(PY) -m pip freeze --exclude-editable | sed '1i # Exact versions of the whole dependency tree (pip install -c). Regenerate with `make lock`.' > requirements/constraints.txt
+
+clean:
+	-$(PY) -m metalclaim.devenv down --dir $(DEVENV_DIR)
+	rm -rf $(VENV) .collections .ansible build .pytest_cache .ruff_cache

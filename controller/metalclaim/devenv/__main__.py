@@ -1,0 +1,62 @@
+"""python -m metalclaim.devenv up|status|down --dir DIR [--hosts N]"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .env import Devenv
+from .processes import DevenvError, alive
+
+
+def summary(env: Devenv) -> str:
+    state = env.state
+    lines = [
+        f"metalclaim devenv in {env.directory}",
+        f"  kubernetes {state['versions']['kubernetes']}, etcd {state['versions']['etcd']}"
+        + (f", started in {state['startup_seconds']}s" if "startup_seconds" in state else ""),
+        f"  apiserver  {state['apiserver']}",
+    ]
+    if "redfish" in state:
+        lines.append(f"  redfish    {state['redfish']['endpoint']} ({state['fleet_size']} systems, basic auth)")
+    lines.append(
+        "  processes  " + ", ".join(f"{name}={'up' if alive(pid) else 'DOWN'}" for name, pid in env.processes().items())
+    )
+    lines.append("  kubeconfigs (export KUBECONFIG=... or pass --kubeconfig):")
+    lines += [f"    {identity:<11} {path}" for identity, path in state["kubeconfigs"].items()]
+    lines.append(f"  kubectl    {state['binaries']['kubectl']}")
+    lines.append(f"  state      {env.directory / 'devenv.json'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m metalclaim.devenv", description=__doc__)
+    parser.add_argument("command", choices=("up", "status", "down"))
+    parser.add_argument("--dir", type=Path, default=Path(".devenv"), help="where state, logs and certs live")
+    parser.add_argument("--hosts", type=int, default=4, help="emulated Redfish systems (and BareMetalHosts)")
+    parser.add_argument("--no-register", action="store_true", help="start the systems without creating BareMetalHosts")
+    parser.add_argument("--json", action="store_true", help="print the state file instead of a summary")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "up":
+            env = Devenv.up(args.dir, args.hosts, register=not args.no_register)
+        else:
+            env = Devenv.load(args.dir.resolve())
+            if env is None:
+                print(f"no devenv in {args.dir}", file=sys.stderr)
+                return 0 if args.command == "down" else 1
+            if args.command == "down":
+                env.down()
+                print(f"devenv in {env.directory} stopped and removed")
+                return 0
+    except DevenvError as error:
+        print(f"devenv: {error}", file=sys.stderr)
+        return 1
+    print(json.dumps(env.state, indent=2) if args.json else summary(env))
+    return 0 if env.healthy() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""The local environment as a whole: control plane, CRDs, identities, Redfish fleet.
+
+`up` is idempotent (a running environment is reported, a broken one is replaced),
+`down` stops every process it started and removes the directory.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import redfish
+from .controlplane import ControlPlane, build_binaries
+from .processes import DevenvError, alive, free_port, stop_process_group
+
+STATE_FILE = "devenv.json"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+CONFIG_DIR = REPO_ROOT / "config"
+
+INFRA_NAMESPACE = "infrahost"
+# tenant identity -> its namespace; tenant-a owns the user guide's `cluster-ns`.
+TENANT_NAMESPACES = {"tenant-a": "cluster-ns", "tenant-b": "tenant-b"}
+HOST_PREFIX = "bm"
+
+
+def progress(message: str) -> None:
+    print(f"[devenv] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Devenv:
+    directory: Path
+    state: dict
+
+    @classmethod
+    def load(cls, directory: Path) -> Devenv | None:
+        path = directory / STATE_FILE
+        if not path.exists():
+            return None
+        return cls(directory, json.loads(path.read_text()))
+
+    # -- access -------------------------------------------------------------
+    def kubeconfig(self, identity: str) -> str:
+        return self.state["kubeconfigs"][identity]
+
+    def kubectl(
+        self, identity: str, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess:
+        argv = [self.state["binaries"]["kubectl"], f"--kubeconfig={self.kubeconfig(identity)}", *args]
+        result = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
+        if check and result.returncode != 0:
+            raise DevenvError(f"kubectl {' '.join(args)} as {identity} failed: {result.stderr.strip()}")
+        return result
+
+    def apply(self, identity: str, objects: list[dict]) -> None:
+        self.kubectl(
+            identity,
+            "apply",
+            "--server-side",
+            "--field-manager=metalclaim-devenv",
+            "-f",
+            "-",
+            stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
+        )
+
+    def processes(self) -> dict[str, int]:
+        return dict(self.state.get("pids", {}))
+
+    def healthy(self) -> bool:
+        return all(alive(pid) for pid in self.processes().values())
+
+    def save(self) -> None:
+        path = self.directory / STATE_FILE
+        path.write_text(json.dumps(self.state, indent=2) + "\n")
+        path.chmod(0o600)  # it names the BMC password file and client keys
+
+    # -- lifecycle ----------------------------------------------------------
+    @classmethod
+    def up(cls, directory: Path, hosts: int, register: bool = True) -> Devenv:
+        directory = directory.resolve()
+        existing = cls.load(directory)
+        if existing is not None:
+            if existing.healthy() and existing.state.get("fleet_size") == hosts:
+                progress(f"already running in {directory}")
+                return existing
+            progress("found a stopped, broken or differently sized environment: replacing it")
+            existing.down()
+        elif directory.exists() and any(directory.iterdir()):
+            raise DevenvError(f"{directory} exists and is not a devenv directory; refusing to use it")
+        directory.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        binaries = build_binaries()
+        env = cls(directory, {"directory": str(directory), "pids": {}})
+        env.state["versions"] = {"kubernetes": binaries.kubernetes_version, "etcd": binaries.etcd_version}
+        env.state["binaries"] = {"kubectl": str(binaries.kubectl), "kube_bin": str(binaries.kube_bin)}
+        try:
+            progress(
+                f"starting etcd {binaries.etcd_version}, kube-apiserver and kube-controller-manager "
+                f"{binaries.kubernetes_version}"
+            )
+            env.state.update(ControlPlane(binaries, directory).start())
+            env.save()
+            progress("installing CRDs and RBAC")
+            env._install()
+            env.state["fleet_size"] = hosts
+            if hosts:
+                progress(f"starting the Redfish emulator with {hosts} systems")
+                fleet = redfish.start_fleet(directory / "redfish", hosts, free_port())
+                env.state["pids"]["redfish"] = fleet.pid
+                password_file = directory / "redfish" / "bmc-password"
+                password_file.write_text(fleet.password)
+                password_file.chmod(0o600)
+                env.state["redfish"] = {
+                    "endpoint": fleet.endpoint,
+                    "username": fleet.username,
+                    "password_file": str(password_file),
+                    "systems": [s.__dict__ for s in fleet.systems],
+                    "log": fleet.log_file,
+                }
+                env.save()
+                if register:
+                    progress(f"registering {hosts} BareMetalHosts in {INFRA_NAMESPACE} as infra")
+                    env.apply("infra", host_inventory(fleet))
+            env.state["startup_seconds"] = round(time.monotonic() - started, 1)
+            env.save()
+        except BaseException:
+            env.down()
+            raise
+        return env
+
+    def down(self) -> None:
+        for name, pid in reversed(list(self.processes().items())):
+            if alive(pid):
+                progress(f"stopping {name} (pid {pid})")
+            stop_process_group(pid)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _install(self) -> None:
+        self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "crd"))
+        self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "rbac"))
+        self.kubectl("admin", "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        self.apply("admin", tenancy_objects())
+        self.state["namespaces"] = {"infra": INFRA_NAMESPACE, "tenants": TENANT_NAMESPACES}
+
+
+def tenancy_objects() -> list[dict]:
+    """Namespaces and the bindings that give each devenv identity its rights."""
+    objects: list[dict] = [
+        namespace(INFRA_NAMESPACE, {"metalclaim.io/role": "infrastructure"}),
+        role_binding("infra", INFRA_NAMESPACE, "metalclaim-infra", "infra"),
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "metalclaim-controller"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "metalclaim-controller",
+            },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}],
+        },
+    ]
+    for tenant, ns in TENANT_NAMESPACES.items():
+        objects.append(namespace(ns, {"metalclaim.io/role": "tenant", "metalclaim.io/tenant": tenant}))
+        objects.append(role_binding(tenant, ns, "metalclaim-tenant", tenant))
+    return objects
+
+
+def namespace(name: str, labels: dict[str, str]) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def role_binding(name: str, ns: str, cluster_role: str, user: str) -> dict:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+
+
+def host_inventory(fleet: redfish.RedfishFleet) -> list[dict]:
+    """One BMC Secret and one BareMetalHost per emulated system, as an infra team writes them.
+
+    Hosts alternate between the guide's `infra-kind: medium` and `large`, and two zones,
+    so selectors and failure domains have something to choose between.
+    """
+    objects: list[dict] = []
+    for index, system in enumerate(fleet.systems):
+        name = f"{HOST_PREFIX}-{index:02d}"
+        secret = f"{name}-bmc-secret"
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": secret, "namespace": INFRA_NAMESPACE},
+                "type": "Opaque",
+                "stringData": {"username": fleet.username, "password": fleet.password},
+            }
+        )
+        objects.append(
+            {
+                "apiVersion": "metal3.io/v1alpha1",
+                "kind": "BareMetalHost",
+                "metadata": {
+                    "name": name,
+                    "namespace": INFRA_NAMESPACE,
+                    "labels": {
+                        "infra-kind": "medium" if index % 2 == 0 else "large",
+                        "topology.kubernetes.io/zone": f"zone-{index % 2 + 1}",
+                    },
+                },
+                "spec": {
+                    "online": False,
+                    "bootMACAddress": system.boot_mac,
+                    "bootMode": "UEFI",
+                    "bmc": {"address": system.address, "credentialsName": secret},
+                },
+            }
+        )
+    return objects

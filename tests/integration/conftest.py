@@ -1,0 +1,50 @@
+"""One devenv (real etcd, kube-apiserver, kube-controller-manager, Redfish fleet) per session.
+
+Set METALCLAIM_DEVENV=<dir> to reuse an environment started with
+`python -m metalclaim.devenv up --dir <dir>` (faster when iterating).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from kubernetes import config as kube_config
+from kubernetes.dynamic import DynamicClient
+
+from metalclaim.devenv.env import Devenv
+
+FLEET_SIZE = int(os.environ.get("METALCLAIM_TEST_HOSTS", "4"))
+
+
+def _interrupt(signum, frame):
+    # Turn SIGTERM into the same unwinding as Ctrl-C so the devenv fixture stops its processes.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@pytest.fixture(scope="session")
+def devenv(tmp_path_factory) -> Devenv:
+    reuse = os.environ.get("METALCLAIM_DEVENV")
+    if reuse:
+        env = Devenv.load(Path(reuse).resolve())
+        assert env is not None and env.healthy(), f"METALCLAIM_DEVENV={reuse} is not a running devenv"
+        yield env
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    env = Devenv.up(tmp_path_factory.mktemp("devenv") / "env", FLEET_SIZE)
+    try:
+        yield env
+    finally:
+        env.down()
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.fixture(scope="session")
+def clients(devenv):
+    """identity -> DynamicClient authenticated as that identity."""
+    return {
+        identity: DynamicClient(kube_config.new_client_from_config(config_file=devenv.kubeconfig(identity)))
+        for identity in devenv.state["kubeconfigs"]
+    }

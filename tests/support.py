@@ -1,0 +1,37 @@
+"""Helpers shared by unit and integration tests."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+USER_GUIDE = REPO_ROOT.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt"
+
+
+def guide_yaml_blocks() -> list[str]:
+    return re.findall(r"```yaml\n(.*?)```", USER_GUIDE.read_text(), flags=re.S)
+
+
+def guide_object(kind: str) -> tuple[str, dict]:
+    """The first YAML block of the guide whose kind is `kind`: (verbatim text, parsed)."""
+    for block in guide_yaml_blocks():
+        parsed = yaml.safe_load(block)
+        if isinstance(parsed, dict) and parsed.get("kind") == kind:
+            return block, parsed
+    raise LookupError(f"no {kind} in {USER_GUIDE}")
+
+
+def eventually(check, timeout: float = 60.0, interval: float = 0.5, message: str = "condition"):
+    """Poll until check() returns a truthy value; the cluster's controllers are asynchronous."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} not reached within {timeout}s")
+        time.sleep(interval)

@@ -1,0 +1,389 @@
+"""Offline checks of the CRDs in config/crd (no cluster needed).
+
+* every CRD is structural-looking (every schema node has a type, no forbidden
+  constructs) and carries the names / version / subresource / columns we rely on;
+* the HostClaim and HostDeployPolicy YAML of the user guide (the seed document)
+  and its ``kubectl patch`` payloads only use fields the schemas declare;
+* an existing Metal3 BareMetalHost inventory (tests/fixtures) applies unchanged.
+
+The instance checker mimics what the API server does with strict field
+validation (``kubectl apply`` default): unknown fields are errors. It also
+checks types, enums, patterns and required fields. Formats (date-time) and
+CEL rules (x-kubernetes-validations) are left to the API server.
+"""
+
+import json
+import os
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CRD_DIR = REPO / "config" / "crd"
+FIXTURES = REPO / "tests" / "fixtures"
+SEED_GUIDE = Path(
+    os.environ.get(
+        "METALCLAIM_SEED_GUIDE",
+        REPO.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt",
+    )
+)
+
+GROUP = "metal3.io"
+CRD_FILES = {
+    "HostClaim": "metal3.io_hostclaims.yaml",
+    "HostDeployPolicy": "metal3.io_hostdeploypolicies.yaml",
+    "BareMetalHost": "metal3.io_baremetalhosts.yaml",
+    "HardwareData": "metal3.io_hardwaredata.yaml",
+}
+EXPECTED_NAMES = {
+    "HostClaim": ("hostclaims", ["hc"]),
+    "HostDeployPolicy": ("hostdeploypolicies", ["hdp"]),
+    "BareMetalHost": ("baremetalhosts", ["bmh", "bmhost"]),
+    "HardwareData": ("hardwaredata", ["hd"]),
+}
+
+
+# --------------------------------------------------------------------------- loading
+def load_crd(kind):
+    docs = [d for d in yaml.safe_load_all((CRD_DIR / CRD_FILES[kind]).read_text()) if d]
+    assert len(docs) == 1, f"{CRD_FILES[kind]} must hold exactly one document"
+    return docs[0]
+
+
+def openapi_schema(kind):
+    versions = load_crd(kind)["spec"]["versions"]
+    return versions[0]["schema"]["openAPIV3Schema"]
+
+
+def seed_guide_text():
+    if not SEED_GUIDE.is_file():
+        pytest.fail(f"user guide not found at {SEED_GUIDE} (set METALCLAIM_SEED_GUIDE to its path)")
+    return SEED_GUIDE.read_text()
+
+
+def guide_yaml_docs():
+    """All YAML documents of the ```yaml blocks of the user guide, in order."""
+    blocks = re.findall(r"```yaml\n(.*?)```", seed_guide_text(), re.S)
+    docs = []
+    for block in blocks:
+        docs.extend(d for d in yaml.safe_load_all(block) if d is not None)
+    return docs
+
+
+def guide_patches(resource):
+    """JSON merge-patch payloads of the guide's `kubectl patch <resource>` commands."""
+    shell_blocks = re.findall(r"```shell\n(.*?)```", seed_guide_text(), re.S)
+    patches = []
+    for block in shell_blocks:
+        for line in block.splitlines():
+            if not line.startswith("kubectl patch"):
+                continue
+            argv = shlex.split(line)
+            if argv[2] != resource:
+                continue
+            patches.append(json.loads(argv[argv.index("-p") + 1]))
+    return patches
+
+
+def fixture_docs(name):
+    return [d for d in yaml.safe_load_all((FIXTURES / name).read_text()) if d]
+
+
+# --------------------------------------------------------------------------- checker
+TYPE_CHECKS = {
+    "object": lambda v: isinstance(v, dict),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+}
+
+
+def check_instance(value, schema, path="", required=True, root=True):
+    """Walk ``value`` against an openAPIV3Schema node; return a list of problems.
+
+    Honors properties / additionalProperties / items and
+    x-kubernetes-preserve-unknown-fields. ``required=False`` is for partial
+    documents (merge patches, status fragments). Each problem names the path.
+    """
+    where = path or "<root>"
+    if value is None:
+        return [] if schema.get("nullable") else [f"{where}: null is not allowed"]
+    if schema.get("x-kubernetes-int-or-string"):
+        if not (isinstance(value, str) or TYPE_CHECKS["integer"](value)):
+            return [f"{where}: expected int-or-string, got {type(value).__name__}"]
+        return []
+    typ = schema.get("type")
+    if typ and not TYPE_CHECKS[typ](value):
+        return [f"{where}: expected {typ}, got {type(value).__name__} ({value!r})"]
+    problems = []
+    if "enum" in schema and value not in schema["enum"]:
+        problems.append(f"{where}: {value!r} is not one of {schema['enum']}")
+    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+        problems.append(f"{where}: {value!r} does not match {schema['pattern']!r}")
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        preserve = schema.get("x-kubernetes-preserve-unknown-fields", False)
+        if required:
+            for key in schema.get("required", []):
+                if key not in value:
+                    problems.append(f"{path}.{key}: required field is missing")
+        for key, sub in value.items():
+            sub_path = f"{path}.{key}"
+            if root and key == "metadata":
+                continue  # ObjectMeta: validated by the API server itself
+            if props is not None and key in props:
+                problems += check_instance(sub, props[key], sub_path, required, root=False)
+            elif isinstance(additional, dict):
+                problems += check_instance(sub, additional, sub_path, required, root=False)
+            elif additional is True or preserve:
+                continue
+            else:
+                problems.append(f"{sub_path}: unknown field")
+    elif isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            problems += check_instance(item, schema["items"], f"{path}[{i}]", required, root=False)
+    return problems
+
+
+def assert_valid(doc, kind, required=True):
+    problems = check_instance(doc, openapi_schema(kind), required=required)
+    assert not problems, f"{kind} {doc.get('metadata', {}).get('name', '')}:\n  " + "\n  ".join(problems)
+
+
+# --------------------------------------------------------------------------- CRD shape
+def walk_schema(node, path="<root>"):
+    yield path, node
+    for key, sub in (node.get("properties") or {}).items():
+        yield from walk_schema(sub, f"{path}.{key}")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from walk_schema(node["additionalProperties"], f"{path}.<value>")
+    if "items" in node:
+        yield from walk_schema(node["items"], f"{path}[]")
+
+
+@pytest.mark.parametrize("kind", sorted(CRD_FILES))
+def test_crd_names_version_and_subresources(kind):
+    crd = load_crd(kind)
+    plural, short = EXPECTED_NAMES[kind]
+    assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
+    assert crd["kind"] == "CustomResourceDefinition"
+    assert crd["metadata"]["name"] == f"{plural}.{GROUP}"
+    spec = crd["spec"]
+    assert spec["group"] == GROUP
+    assert spec["scope"] == "Namespaced"
+    names = spec["names"]
+    assert names["kind"] == kind
+    assert names["listKind"] == f"{kind}List"
+    assert names["plural"] == plural
+    assert names["shortNames"] == short
+    assert names["categories"] == ["metal3"]
+    [version] = spec["versions"]
+    assert version["name"] == "v1alpha1"
+    assert version["served"] is True and version["storage"] is True
+    assert version["subresources"] == {"status": {}}
+
+
+@pytest.mark.parametrize("kind", sorted(CRD_FILES))
+def test_crd_schema_is_structural(kind):
+    schema = openapi_schema(kind)
+    assert schema["type"] == "object"
+    assert schema["properties"]["metadata"] == {"type": "object"}, "metadata may not be restricted"
+    for path, node in walk_schema(schema):
+        assert "type" in node or node.get("x-kubernetes-int-or-string"), f"{kind} {path}: missing type"
+        for forbidden in ("anyOf", "allOf", "oneOf", "not", "$ref", "definitions", "dependencies"):
+            assert forbidden not in node, f"{kind} {path}: {forbidden} is not used in these CRDs"
+        assert not ("properties" in node and "additionalProperties" in node), f"{kind} {path}: both kinds of properties"
+        if node.get("type") == "array":
+            assert "items" in node, f"{kind} {path}: array without items"
+        if node.get("x-kubernetes-list-type") == "map":
+            keys = node["x-kubernetes-list-map-keys"]
+            item = node["items"]
+            for key in keys:
+                assert key in item.get("required", []) or "default" in item["properties"][key], (
+                    f"{kind} {path}: list-map key {key} must be required"
+                )
+        if "default" in node:
+            problems = check_instance(node["default"], node, path)
+            assert not problems, f"{kind} {path}: default does not validate: {problems}"
+
+
+def schema_at(schema, json_path):
+    """Resolve a printer-column jsonPath (e.g. .status.conditions[?(@.type=="Ready")].status)."""
+    node = schema
+    for token in re.findall(r"\.([A-Za-z0-9_-]+)|(\[[^\]]*\])", json_path):
+        name, index = token
+        if index:
+            assert node.get("type") == "array", f"{json_path}: indexing a non-array"
+            node = node["items"]
+        elif name == "metadata" and node is schema:
+            return {"type": "object", "properties": {"creationTimestamp": {"type": "string", "format": "date-time"}}}
+        else:
+            assert name in node.get("properties", {}), f"{json_path}: {name} not in schema"
+            node = node["properties"][name]
+    return node
+
+
+@pytest.mark.parametrize("kind", sorted(CRD_FILES))
+def test_printer_columns_point_at_schema_fields(kind):
+    version = load_crd(kind)["spec"]["versions"][0]
+    columns = version["additionalPrinterColumns"]
+    assert all(c["name"] and c["description"] for c in columns), "columns must be named and described"
+    assert any(c["name"] == "Age" and c["type"] == "date" for c in columns)
+    schema = version["schema"]["openAPIV3Schema"]
+    for column in columns:
+        path = column["jsonPath"]
+        if path == ".metadata.creationTimestamp":
+            continue
+        node = schema_at(schema, path)
+        if column["type"] == "string" and node.get("type") == "array":
+            node = node["items"]  # a list of scalars is printed as a string
+        assert node.get("type") == column["type"], f"{kind} column {column['name']}"
+
+
+def test_required_printer_columns():
+    def columns(kind):
+        return {c["name"]: c["jsonPath"] for c in load_crd(kind)["spec"]["versions"][0]["additionalPrinterColumns"]}
+
+    hc = columns("HostClaim")
+    assert hc["Online"] == ".spec.online"
+    assert hc["Host"] == ".status.hardwareData.name"
+    assert hc["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
+    assert hc["Reason"] == '.status.conditions[?(@.type=="Ready")].reason'
+    bmh = columns("BareMetalHost")
+    assert bmh["State"] == ".status.provisioning.state"
+    assert bmh["Consumer"] == ".spec.consumerRef.name"
+    assert bmh["Online"] == ".spec.online"
+    assert bmh["Error"] == ".status.errorType"
+
+
+def test_kustomization_lists_the_four_crds():
+    kustomization = yaml.safe_load((CRD_DIR / "kustomization.yaml").read_text())
+    assert kustomization["kind"] == "Kustomization"
+    assert sorted(kustomization["resources"]) == sorted(CRD_FILES.values())
+
+
+# --------------------------------------------------------------------------- schema details
+def test_hostclaim_spec_details():
+    spec = openapi_schema("HostClaim")["properties"]["spec"]["properties"]
+    assert spec["online"]["type"] == spec["poweredOn"]["type"] == "boolean"
+    assert spec["kind"]["default"] == "baremetal"
+    assert spec["image"]["required"] == ["url"]
+    assert spec["image"]["properties"]["checksumType"]["enum"] == ["md5", "sha256", "sha512", "auto"]
+    assert spec["image"]["properties"]["format"]["enum"] == ["raw", "qcow2", "vdi", "vmdk", "live-iso"]
+    for ref in ("userData", "metaData", "networkData"):
+        assert spec[ref]["required"] == ["name"]
+        assert set(spec[ref]["properties"]) == {"name", "namespace"}
+    expression = spec["hostSelector"]["properties"]["matchExpressions"]["items"]
+    assert expression["required"] == ["key", "operator"]
+    assert {"In", "NotIn", "Exists", "DoesNotExist"} <= set(expression["properties"]["operator"]["enum"])
+    status = openapi_schema("HostClaim")["properties"]["status"]["properties"]
+    conditions = status["conditions"]
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert conditions["items"]["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
+    assert status["hardware"]["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_hostdeploypolicy_aliases_share_one_schema():
+    spec = openapi_schema("HostDeployPolicy")["properties"]["spec"]["properties"]
+
+    def strip(node):
+        return {k: v for k, v in node.items() if k != "description"}
+
+    assert strip(spec["hostclaimNamespaces"]) == strip(spec["hostClaimNamespaces"])
+    assert set(spec["hostclaimNamespaces"]["properties"]) == {"names", "nameMatches", "hasLabels"}
+    assert set(spec["metadataCopy"]["properties"]) == {"labels", "annotations"}
+
+
+def test_baremetalhost_defaults_and_hardware_shared_with_hardwaredata():
+    bmh = openapi_schema("BareMetalHost")
+    spec = bmh["properties"]["spec"]
+    assert "online" not in spec.get("required", []), "online is optional here (defaults to false)"
+    assert spec["properties"]["online"]["default"] is False
+    assert spec["properties"]["automatedCleaningMode"]["default"] == "metadata"
+    assert spec["properties"]["bmc"]["required"] == ["address", "credentialsName"]
+    hd = openapi_schema("HardwareData")["properties"]["spec"]["properties"]["hardware"]
+    assert hd == bmh["properties"]["status"]["properties"]["hardware"]
+
+
+# --------------------------------------------------------------------------- the checker itself
+def test_checker_reports_unknown_field_paths():
+    doc = {
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "HostClaim",
+        "metadata": {"name": "x", "labels": {"a": "b"}},
+        "spec": {"imge": {"url": "u"}, "hostSelector": {"matchExpression": []}, "userData": {"nme": "s"}},
+    }
+    problems = check_instance(doc, openapi_schema("HostClaim"))
+    assert ".spec.imge: unknown field" in problems
+    assert ".spec.hostSelector.matchExpression: unknown field" in problems
+    assert ".spec.userData.nme: unknown field" in problems
+    assert ".spec.userData.name: required field is missing" in problems
+
+
+def test_checker_reports_types_and_enums():
+    doc = {"spec": {"bmc": {"address": "ipmi://h", "credentialsName": "c"}, "online": "yes", "bootMode": "uefi"}}
+    problems = check_instance(doc, openapi_schema("BareMetalHost"))
+    assert any(p.startswith(".spec.online: expected boolean") for p in problems)
+    assert any(p.startswith(".spec.bootMode: 'uefi' is not one of") for p in problems)
+
+
+def test_checker_honors_preserve_unknown_fields():
+    status = {"status": {"hardware": {"cpu": {"arch": "x86_64"}, "anything": [1, 2]}}}
+    assert check_instance(status, openapi_schema("HostClaim"), required=False) == []
+
+
+# --------------------------------------------------------------------------- the user guide
+def test_guide_hostclaim_and_hostdeploypolicy_apply_verbatim():
+    docs = guide_yaml_docs()
+    full = [d for d in docs if "kind" in d]
+    assert sorted(d["kind"] for d in full) == ["HostClaim", "HostDeployPolicy"], "the guide changed: review this test"
+    for doc in full:
+        assert doc["apiVersion"] == f"{GROUP}/v1alpha1"
+        assert_valid(doc, doc["kind"])
+
+
+def test_guide_hostclaim_status_examples_fit_the_status_schema():
+    fragments = [d for d in guide_yaml_docs() if "kind" not in d]
+    assert len(fragments) == 2 and all(set(f) == {"status"} for f in fragments), "the guide changed: review this test"
+    for fragment in fragments:
+        assert_valid(fragment, "HostClaim", required=True)
+        types = {c["type"] for c in fragment["status"]["conditions"]}
+        assert {"Ready", "Association", "Provisioned", "Synchronization"} <= types
+
+
+def test_guide_hostclaim_patches_fit_the_spec_schema():
+    patches = guide_patches("hostclaim")
+    assert len(patches) == 2, "the guide changed: review this test"
+    for patch in patches:
+        assert_valid(patch, "HostClaim", required=False)
+
+
+# --------------------------------------------------------------------------- Metal3 inventory
+def test_metal3_bmh_inventory_applies_unchanged():
+    docs = fixture_docs("metal3_bmh_inventory.yaml")
+    hosts = [d for d in docs if d["kind"] == "BareMetalHost"]
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    assert hosts, "fixture holds no BareMetalHost"
+    assert {d["kind"] for d in docs} == {"BareMetalHost", "Secret"}
+    for host in hosts:
+        assert host["apiVersion"] == f"{GROUP}/v1alpha1"
+        assert_valid(host, "BareMetalHost")
+        spec = host["spec"]
+        for field in ("bmc", "bootMACAddress", "bootMode", "online", "rootDeviceHints"):
+            assert field in spec, f"{host['metadata']['name']}: fixture should exercise {field}"
+        secret = secrets[spec["bmc"]["credentialsName"]]
+        assert secret["metadata"]["namespace"] == host["metadata"]["namespace"]
+        assert {"username", "password"} <= set(secret.get("data", {})) | set(secret.get("stringData", {}))
+
+
+def test_unknown_bmh_field_is_rejected():
+    host = next(d for d in fixture_docs("metal3_bmh_inventory.yaml") if d["kind"] == "BareMetalHost")
+    host["spec"]["bmc"]["port"] = 623
+    assert check_instance(host, openapi_schema("BareMetalHost")) == [".spec.bmc.port: unknown field"]
