@@ -66,7 +66,11 @@ build: setup
 	$(VENV)/bin/ansible-galaxy collection install --force -p build/install build/metalclaim-hostclaim-*.tar.gz
 	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/install:$(COLLECTIONS) $(VENV)/bin/ansible-doc -l metalclaim.hostclaim
 
-test: lint build controlplane
+# ansible-test sanity on the built tarball (see hack/sanity.sh for why it is wrapped).
+sanity: build
+	bash hack/sanity.sh
+
+test: lint sanity controlplane
 	$(PY) -m pytest tests/unit tests/integration
 
 lock: setup

@@ -1,5 +1,5 @@
 # Copyright: metalclaim maintainers
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Connection options shared by every module that talks to the Kubernetes API."""
 
 from __future__ import annotations
@@ -31,6 +31,6 @@ options:
 requirements:
   - kubernetes >= 30.0.0 (Python client)
 notes:
-  - Run these modules on the controller host (C(delegate_to: localhost) or a localhost play);
-    they talk to the API server, not to the target.
+  - "Run these modules on the controller host (C(delegate_to: localhost) or a localhost play);
+    they talk to the API server, not to the target."
 """

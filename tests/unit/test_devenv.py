@@ -44,7 +44,7 @@ def test_ca_is_reused_not_regenerated(tmp_path):
 
 
 def test_only_admin_is_a_cluster_admin():
-    masters = [name for name, (_, groups) in IDENTITIES.items() if "system:masters" in groups]
+    masters = [name for name, (_user, groups) in IDENTITIES.items() if "system:masters" in groups]
     assert masters == ["admin"]
 
 
@@ -80,8 +80,8 @@ def test_stop_process_group_stops_children_too(tmp_path):
     script += "print(flush=True); time.sleep(60)"
     pid = spawn([sys.executable, "-c", script], tmp_path / "log")
     children = []
-    for _ in range(100):
-        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    for _attempt in range(100):
+        children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False).stdout.split()
         if children:
             break
         subprocess.run(["sleep", "0.05"], check=True)

@@ -1,0 +1,87 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The Kubernetes edge of the modules: one authenticated client, list/get as plain dicts."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+try:
+    from kubernetes import client as kube_client
+    from kubernetes import config as kube_config
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.dynamic import DynamicClient
+
+    KUBERNETES_IMPORT_ERROR = None
+except ImportError:  # reported by the module through missing_required_lib
+    KUBERNETES_IMPORT_ERROR = traceback.format_exc()
+    ApiException = Exception
+
+METAL3 = "metal3.io/v1alpha1"
+
+# Kept in step with plugins/doc_fragments/k8s_auth.py.
+AUTH_ARG_SPEC = {
+    "kubeconfig": {"type": "path", "aliases": ["kubeconfig_path"]},
+    "context": {"type": "str"},
+    "validate_certs": {"type": "bool", "default": True},
+    "request_timeout": {"type": "float", "default": 30},
+}
+
+
+class KubeError(Exception):
+    """An API failure with a message fit for a module's failure output."""
+
+
+def _api_client(params: dict):
+    kubeconfig = params.get("kubeconfig") or os.environ.get("K8S_AUTH_KUBECONFIG") or os.environ.get("KUBECONFIG")
+    configuration = kube_client.Configuration()
+    if kubeconfig:
+        kube_config.load_kube_config(
+            config_file=kubeconfig, context=params.get("context"), client_configuration=configuration
+        )
+    else:
+        kube_config.load_incluster_config(client_configuration=configuration)
+    configuration.verify_ssl = params.get("validate_certs", True)
+    return kube_client.ApiClient(configuration)
+
+
+class Kube:
+    def __init__(self, params: dict):
+        try:
+            self._dynamic = DynamicClient(_api_client(params))
+        except Exception as error:  # config errors come in many types; all mean "cannot connect"
+            raise KubeError(f"cannot build a Kubernetes client: {error}") from error
+        self._timeout = params.get("request_timeout", 30)
+        self._resources: dict = {}
+
+    def _resource(self, api_version: str, kind: str):
+        key = (api_version, kind)
+        if key not in self._resources:
+            self._resources[key] = self._dynamic.resources.get(api_version=api_version, kind=kind)
+        return self._resources[key]
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None) -> list[dict]:
+        """Every object of a kind (in one namespace, or cluster-wide), in one request."""
+        try:
+            result = self._resource(api_version, kind).get(namespace=namespace, _request_timeout=self._timeout)
+        except ApiException as error:
+            raise KubeError(_describe(error, f"list {kind}", namespace)) from error
+        return [item.to_dict() for item in result.items]
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
+        """One object, or None when it does not exist."""
+        try:
+            result = self._resource(api_version, kind).get(
+                name=name, namespace=namespace, _request_timeout=self._timeout
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise KubeError(_describe(error, f"get {kind} {name}", namespace)) from error
+        return result.to_dict()
+
+
+def _describe(error, action: str, namespace: str | None) -> str:
+    where = f" in namespace {namespace}" if namespace else ""
+    return f"cannot {action}{where}: {error.status} {error.reason}"
