@@ -11,7 +11,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup demo test unit integration lint build sanity devenv-up devenv-down controlplane clean lock
+.PHONY: help setup demo test unit integration lint build sanity molecule devenv-up devenv-down controlplane clean lock
 
 help:
 	@echo "make demo   - bring up the local environment and play the user guide's scenario"
@@ -70,7 +70,10 @@ build: setup
 sanity: build
 	bash hack/sanity.sh
 
-test: lint sanity controlplane
+molecule: setup controlplane
+	$(VENV)/bin/molecule test
+
+test: lint sanity controlplane molecule
 	$(PY) -m pytest tests/unit tests/integration
 
 lock: setup

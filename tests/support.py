@@ -38,37 +38,13 @@ def eventually(check, timeout: float = 60.0, interval: float = 0.5, message: str
 
 
 def run_playbook(tmp_path: Path, playbook: Path, kubeconfig: str, extravars: dict | None = None) -> list[dict]:
-    """Run a playbook with ansible-runner against localhost; return each task result, in order.
+    """Run a playbook against localhost as a user would; return each task's result, in order."""
+    from metalclaim.runner import run
 
-    Each result carries `task` (its name) and `failed`. The collection is used from the
-    project's collections path, exactly as a user runs it.
-    """
-    import os
-    import sys
-
-    import ansible_runner
-
-    # ansible-runner finds ansible-playbook on PATH; use the one beside this interpreter.
-    venv_bin = str(Path(sys.executable).parent)
-    if venv_bin not in os.environ["PATH"].split(os.pathsep):
-        os.environ["PATH"] = venv_bin + os.pathsep + os.environ["PATH"]
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    runner = ansible_runner.run(
-        private_data_dir=str(tmp_path),
-        playbook=str(playbook),
-        inventory="localhost ansible_connection=local ansible_python_interpreter=" + sys.executable,
-        envvars={"ANSIBLE_COLLECTIONS_PATH": str(REPO_ROOT / ".collections"), "K8S_AUTH_KUBECONFIG": kubeconfig},
-        extravars=extravars or {},
-        quiet=True,
-    )
-    results = [
-        dict(event["event_data"]["res"], task=event["event_data"]["task"], failed=event["event"] == "runner_on_failed")
-        for event in runner.events
-        if event.get("event") in ("runner_on_ok", "runner_on_failed")
-    ]
-    if runner.status != "successful" and not any(r["failed"] for r in results):
-        raise AssertionError(f"ansible-runner ended {runner.status}:\n" + runner.stdout.read())
-    return results
+    result = run(tmp_path, kubeconfig, playbook=str(playbook), extravars=extravars)
+    if result.status != "successful" and not any(task["failed"] for task in result.tasks):
+        raise AssertionError(f"ansible-runner ended {result.status}:\n{result.stdout}")
+    return result.tasks
 
 
 def run_tasks(tmp_path: Path, tasks: list[dict], kubeconfig: str) -> list[dict]:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import tempfile
 from pathlib import Path
 
-from .devenv.env import INFRA_NAMESPACE, REPO_ROOT, TENANT_NAMESPACES, Devenv
+from . import REPO_ROOT
+from .devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, Devenv
 from .devenv.processes import DevenvError
+from .runner import run
 
 GUIDE = REPO_ROOT.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt"
 TENANT = "tenant-a"
@@ -36,6 +39,15 @@ def show(env: Devenv, identity: str, *args: str) -> None:
     print(f"[{identity}] $ kubectl {' '.join(args)}")
     result = env.kubectl(identity, *args, check=False)
     print((result.stdout or result.stderr).rstrip())
+
+
+def run_module(env: Devenv, identity: str, module: str, args: dict) -> dict:
+    """Run one collection module on localhost as `identity`; return its result."""
+    with tempfile.TemporaryDirectory() as private:
+        result = run(Path(private), env.kubeconfig(identity), module=f"metalclaim.hostclaim.{module}", module_args=args)
+    if not result.tasks:
+        raise DevenvError(f"{module} did not run ({result.status}):\n{result.stdout}")
+    return result.tasks[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,11 +89,19 @@ def main(argv: list[str] | None = None) -> int:
         show(env, TENANT, "get", "baremetalhosts", "-n", INFRA_NAMESPACE)
         show(env, TENANT, "get", "secret", "bm-00-bmc-secret", "-n", INFRA_NAMESPACE)
 
+        step("The controller asks which policies admit the claim (metalclaim.hostclaim.hostdeploypolicy_check)")
+        result = run_module(
+            env, "controller", "hostdeploypolicy_check", {"namespace": tenant_ns, "claim": "my-hostclaim"}
+        )
+        print(result.get("message") or result.get("msg"))
+        for decision in result.get("decisions", []):
+            print(f"  {decision['policy']:<24} {decision['reason']:<16} {decision['message']}")
+
         step("Not built yet")
         print(
-            "The reconcile (policy check, binding, secret copy, provisioning over Redfish) does not exist\n"
-            "yet, so the claim above stays unbound with no status. This demo only shows the environment,\n"
-            "the CRDs, the identities and RBAC the rest is built on."
+            "Binding, secret copy, status and provisioning over Redfish do not exist yet, so the claim\n"
+            "above stays unbound with no status. This demo shows the environment, the CRDs, the identities,\n"
+            "RBAC and the policy check the rest is built on."
         )
         print(
             f"\nThe environment keeps running: kubeconfigs are in {env.directory / 'kubeconfig'}.\n"

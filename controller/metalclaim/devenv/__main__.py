@@ -37,11 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path(".devenv"), help="where state, logs and certs live")
     parser.add_argument("--hosts", type=int, default=4, help="emulated Redfish systems (and BareMetalHosts)")
     parser.add_argument("--no-register", action="store_true", help="start the systems without creating BareMetalHosts")
+    parser.add_argument("--bare", action="store_true", help="only the control plane: no CRDs, RBAC or fleet")
     parser.add_argument("--json", action="store_true", help="print the state file instead of a summary")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            env = Devenv.up(args.dir, args.hosts, register=not args.no_register)
+            env = Devenv.up(args.dir, args.hosts, register=not args.no_register, bare=args.bare)
         else:
             env = Devenv.load(args.dir.resolve())
             if env is None:

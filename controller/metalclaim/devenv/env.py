@@ -14,12 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import REPO_ROOT
 from . import redfish
 from .controlplane import ControlPlane, build_binaries
 from .processes import DevenvError, alive, free_port, stop_process_group
 
 STATE_FILE = "devenv.json"
-REPO_ROOT = Path(__file__).resolve().parents[3]
 CONFIG_DIR = REPO_ROOT / "config"
 
 INFRA_NAMESPACE = "infrahost"
@@ -81,7 +81,8 @@ class Devenv:
 
     # -- lifecycle ----------------------------------------------------------
     @classmethod
-    def up(cls, directory: Path, hosts: int, register: bool = True) -> Devenv:
+    def up(cls, directory: Path, hosts: int, register: bool = True, bare: bool = False) -> Devenv:
+        """Start (or reuse) an environment; `bare` stops after the control plane (no CRDs, RBAC, fleet)."""
         directory = directory.resolve()
         existing = cls.load(directory)
         if existing is not None:
@@ -105,10 +106,11 @@ class Devenv:
             )
             env.state.update(ControlPlane(binaries, directory).start())
             env.save()
-            progress("installing CRDs and RBAC")
-            env._install()
             env.state["fleet_size"] = hosts
-            if hosts:
+            if not bare:
+                progress("installing CRDs and RBAC")
+                env._install()
+            if hosts and not bare:
                 progress(f"starting the Redfish emulator with {hosts} systems")
                 fleet = redfish.start_fleet(directory / "redfish", hosts, free_port())
                 env.state["pids"]["redfish"] = fleet.pid
