@@ -52,7 +52,7 @@ def run_tasks(tmp_path: Path, tasks: list[dict], kubeconfig: str) -> list[dict]:
     import json
 
     project = tmp_path / "project"
-    project.mkdir(exist_ok=True)
+    project.mkdir(parents=True, exist_ok=True)
     play = [{"name": "test", "hosts": "localhost", "gather_facts": False, "tasks": tasks}]
     (project / "playbook.yml").write_text(json.dumps(play))
     results = run_playbook(tmp_path, Path("playbook.yml"), kubeconfig)

@@ -33,6 +33,10 @@ class KubeError(Exception):
     """An API failure with a message fit for a module's failure output."""
 
 
+class ConflictError(KubeError):
+    """The object changed since it was read (resourceVersion precondition failed) or was deleted."""
+
+
 def _api_client(params: dict):
     kubeconfig = params.get("kubeconfig") or os.environ.get("K8S_AUTH_KUBECONFIG") or os.environ.get("KUBECONFIG")
     configuration = kube_client.Configuration()
@@ -79,6 +83,54 @@ class Kube:
             if error.status == 404:
                 return None
             raise KubeError(_describe(error, f"get {kind} {name}", namespace)) from error
+        return result.to_dict()
+
+    def replace(self, obj: dict) -> dict:
+        """Write the whole object; its metadata.resourceVersion makes this a compare-and-swap."""
+        api_version, kind = obj["apiVersion"], obj["kind"]
+        meta = obj["metadata"]
+        try:
+            result = self._resource(api_version, kind).replace(
+                body=obj, name=meta["name"], namespace=meta.get("namespace"), _request_timeout=self._timeout
+            )
+        except ApiException as error:
+            if error.status in (404, 409):
+                raise ConflictError(
+                    _describe(error, f"replace {kind} {meta['name']}", meta.get("namespace"))
+                ) from error
+            raise KubeError(_describe(error, f"replace {kind} {meta['name']}", meta.get("namespace"))) from error
+        return result.to_dict()
+
+    def patch_status(self, obj: dict, status: dict) -> dict:
+        """Merge-patch the status subresource, guarded by the object's resourceVersion."""
+        api_version, kind = obj["apiVersion"], obj["kind"]
+        meta = obj["metadata"]
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        try:
+            result = self._resource(api_version, kind).status.patch(
+                body=body,
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                content_type="application/merge-patch+json",
+                _request_timeout=self._timeout,
+            )
+        except ApiException as error:
+            action = f"update the status of {kind} {meta['name']}"
+            if error.status in (404, 409):
+                raise ConflictError(_describe(error, action, meta.get("namespace"))) from error
+            raise KubeError(_describe(error, action, meta.get("namespace"))) from error
+        return result.to_dict()
+
+    def create(self, obj: dict) -> dict:
+        try:
+            result = self._resource(obj["apiVersion"], obj["kind"]).create(
+                body=obj, namespace=obj["metadata"].get("namespace"), _request_timeout=self._timeout
+            )
+        except ApiException as error:
+            name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
+            raise KubeError(
+                _describe(error, f"create {obj['kind']} {name}", obj["metadata"].get("namespace"))
+            ) from error
         return result.to_dict()
 
 

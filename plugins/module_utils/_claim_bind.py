@@ -1,0 +1,158 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""hostclaim_bind: bind a batch of claims to hosts, race-free.
+
+Reads every claim, host, policy and namespace once (one list call per kind), plans
+each claim with the pure _binding/_policy code, then commits in two phases: the
+host's consumerRef first, guarded by its resourceVersion (a concurrent binder that
+took the host makes this fail with a conflict, and we move on to the next
+candidate), then the claim's status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import (
+    desired_status,
+    event,
+    lock_for_binding,
+    with_finalizer,
+    write_status,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3, ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._policy import evaluate_policies
+
+
+def select_claims(claims: list[dict], wanted: list[dict] | None) -> list[dict]:
+    """The claims named in `wanted` ({namespace, name}), or all; oldest first so earlier requests win."""
+    if wanted:
+        keys = {(w["namespace"], w["name"]) for w in wanted}
+        claims = [c for c in claims if binding.key(c) in keys]
+    return sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp") or "", binding.key(c)))
+
+
+def bind_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: bool) -> dict:
+    claims = select_claims(kube.list(METAL3, "HostClaim"), wanted)
+    hosts = kube.list(METAL3, "BareMetalHost")
+    policies = kube.list(METAL3, "HostDeployPolicy")
+    namespace_labels = {
+        ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")
+    }
+    hosts_by_key = {binding.key(h): h for h in hosts}
+    results = []
+    for claim in claims:
+        namespace = claim["metadata"]["namespace"]
+        authorized, decisions = evaluate_policies(policies, namespace, namespace_labels.get(namespace, {}))
+        plan = binding.plan(claim, hosts, authorized, decisions)
+        results.append(_commit(kube, plan, hosts_by_key, timestamp, check_mode))
+    return {
+        "changed": any(r["changed"] for r in results),
+        "claims": results,
+        "bound": sum(1 for r in results if r["host"]),
+        "unbound": sum(1 for r in results if r["action"] in ("refuse", "bind") and not r["host"]),
+    }
+
+
+def _commit(kube, plan: binding.Plan, hosts_by_key: dict, timestamp: str, check_mode: bool) -> dict:
+    claim = plan.claim
+    namespace, name = binding.key(claim)
+    result = {"namespace": namespace, "name": name, "action": plan.action, "host": None, "changed": False}
+    if plan.action == "skip":
+        result["reason"] = plan.reason
+        return result
+    try:
+        return _commit_claim(kube, plan, hosts_by_key, timestamp, check_mode, result)
+    except ConflictError as error:
+        # Another reconcile is working on this claim right now; it will be seen again.
+        result.update(action="conflict", reason="Conflict", message=str(error), changed=True)
+        return result
+
+
+def _commit_claim(kube, plan: binding.Plan, hosts_by_key: dict, timestamp: str, check_mode: bool, result: dict) -> dict:
+    claim = plan.claim
+    host = plan.host
+    newly_bound = False
+    if plan.action == "keep":
+        claim, result["changed"] = with_finalizer(kube, claim, check_mode)
+        for extra in plan.extra_hosts:
+            _give_back(kube, extra, check_mode)
+            result["changed"] = True
+    if plan.action == "bind":
+        claim = lock_for_binding(kube, claim, timestamp, check_mode)
+        result["changed"] = True
+        if plan.reason == binding.MISSING_HOST:
+            event(kube, claim, "Warning", binding.MISSING_HOST, plan.message, timestamp, check_mode)
+        host = _take_first_free(kube, claim, plan.candidates, hosts_by_key, check_mode)
+        newly_bound = host is not None
+    if host is not None:
+        host_key = binding.key(host)
+        updates = {"hardwareData": {"name": host_key[1], "namespace": host_key[0]}, "hostUID": host["metadata"]["uid"]}
+        association = (cond.ASSOCIATION, "True", binding.ASSOCIATED, "")
+        result["host"] = f"{host_key[0]}/{host_key[1]}"
+    else:
+        reason, message = plan.reason, plan.message
+        if plan.action == "bind":  # every candidate went to another claim (of this batch or a concurrent run)
+            reason, message = binding.NO_HOST, plan.no_host_message(plan.namespaces)
+        updates = {"hardwareData": None, "hostUID": None} if plan.stale_status else {}
+        association = (cond.ASSOCIATION, "False", reason, message)
+        result["reason"], result["message"] = reason, message
+    desired = desired_status(claim, updates, [association], timestamp)
+    previous = cond.find((claim.get("status") or {}).get("conditions"), cond.ASSOCIATION) or {}
+    try:
+        wrote = write_status(kube, claim, desired, timestamp, check_mode)
+    except ConflictError:
+        if newly_bound:
+            # A concurrent binder wrote the claim after our lock: it may hold another host
+            # for it. Give ours back so the claim never owns two.
+            _give_back(kube, host, check_mode)
+        raise
+    result["changed"] = result["changed"] or newly_bound or wrote
+    # One Event per change of outcome, not one per reconcile.
+    if newly_bound:
+        event(kube, claim, "Normal", "Bound", f"bound to BareMetalHost {result['host']}", timestamp, check_mode)
+    elif host is None and previous.get("reason") != association[2]:
+        event(kube, claim, "Warning", association[2], association[3], timestamp, check_mode)
+    return result
+
+
+def _give_back(kube, host: dict, check_mode: bool) -> None:
+    """Clear a consumerRef we wrote, under the host's resourceVersion (a newer writer wins)."""
+    if check_mode:
+        return
+    updated = copy.deepcopy(host)
+    updated["spec"].pop("consumerRef", None)
+    # A conflict means it changed since: the next reconcile of its consumer sees the current state.
+    with contextlib.suppress(ConflictError):
+        kube.replace(updated)
+
+
+def _take_first_free(kube, claim: dict, candidates: list[dict], hosts_by_key: dict, check_mode: bool) -> dict | None:
+    for candidate in candidates:
+        current = hosts_by_key[binding.key(candidate)]
+        if binding.why_not_free(current) is not None:  # bound earlier in this batch
+            continue
+        updated = copy.deepcopy(current)
+        updated["spec"]["consumerRef"] = binding.claim_ref(claim)
+        if check_mode:
+            hosts_by_key[binding.key(candidate)] = updated
+            return updated
+        try:
+            written = kube.replace(updated)
+        except ConflictError:
+            # Someone changed the host since we listed it (most likely bound it): leave it
+            # for this batch and try the next one.
+            hosts_by_key[binding.key(candidate)] = _changed_elsewhere(current)
+            continue
+        hosts_by_key[binding.key(candidate)] = written
+        return written
+    return None
+
+
+def _changed_elsewhere(host: dict) -> dict:
+    marked = copy.deepcopy(host)
+    marked["spec"]["consumerRef"] = {"kind": "Unknown", "name": "changed concurrently"}
+    return marked

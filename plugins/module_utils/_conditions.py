@@ -1,0 +1,83 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""HostClaim conditions, after the Kubernetes API conventions. Pure.
+
+lastTransitionTime changes only when a condition's status flips; `Ready` summarizes
+the others as the user guide shows: False/IssuesReported with one `* <Type>: <message
+or reason>` line per False condition, Unknown when any is Unknown, else True/InfoReported.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+ASSOCIATION = "Association"
+SYNCHRONIZATION = "Synchronization"
+PROVISIONED = "Provisioned"
+READY = "Ready"
+# The order conditions are written in: Ready first, as in the guide, then by type.
+ORDER = (READY, ASSOCIATION, PROVISIONED, SYNCHRONIZATION)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def find(conditions: list[dict] | None, type_: str) -> dict | None:
+    return next((c for c in conditions or [] if c.get("type") == type_), None)
+
+
+def set_condition(
+    conditions: list[dict] | None,
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int,
+    timestamp: str,
+) -> list[dict]:
+    """A new list with `type_` set; its lastTransitionTime is kept unless the status flips."""
+    previous = find(conditions, type_)
+    transition = previous["lastTransitionTime"] if previous and previous.get("status") == status else timestamp
+    updated = {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": transition,
+    }
+    others = [c for c in conditions or [] if c.get("type") != type_]
+    return _ordered([*others, updated])
+
+
+def remove_condition(conditions: list[dict] | None, type_: str) -> list[dict]:
+    return [c for c in conditions or [] if c.get("type") != type_]
+
+
+def with_ready(conditions: list[dict] | None, generation: int, timestamp: str) -> list[dict]:
+    """Recompute Ready from the other conditions."""
+    others = [c for c in conditions or [] if c.get("type") != READY]
+    false = [c for c in _ordered(others) if c.get("status") == "False"]
+    unknown = [c for c in _ordered(others) if c.get("status") not in ("True", "False")]
+    if false:
+        status, reason, lines = "False", "IssuesReported", false
+    elif unknown or not others:
+        status, reason, lines = "Unknown", "UnknownReported", unknown
+    else:
+        status, reason, lines = "True", "InfoReported", []
+    message = "\n".join(f"* {c['type']}: {c.get('message') or c.get('reason', '')}" for c in lines)
+    return set_condition(conditions, READY, status, reason, message, generation, timestamp)
+
+
+def same(left: list[dict] | None, right: list[dict] | None) -> bool:
+    """Whether two condition lists say the same thing (ignoring order)."""
+    return _ordered(left or []) == _ordered(right or [])
+
+
+def _ordered(conditions: list[dict]) -> list[dict]:
+    def key(condition: dict):
+        type_ = condition.get("type", "")
+        return (ORDER.index(type_) if type_ in ORDER else len(ORDER), type_)
+
+    return sorted(conditions, key=key)

@@ -1,0 +1,151 @@
+#!/usr/bin/python
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: hostclaim_bind
+short_description: Bind HostClaims to free, matching, authorized BareMetalHosts
+version_added: 0.1.0
+description:
+  - For each HostClaim (those in O(claims), or all), finds its BareMetalHost or binds it to one and
+    reports the outcome in the claim's C(status) (C(hardwareData), C(hostUID), the C(Association)
+    and C(Ready) conditions) and as Kubernetes Events on the claim.
+  - "A host is a candidate when a HostDeployPolicy in its namespace admits the claim's namespace
+    (see M(metalclaim.hostclaim.hostdeploypolicy_check)), C(spec.hostSelector.inNamespace) (if set) is
+    its namespace, its labels match C(matchLabels) and C(matchExpressions), and it is free: no
+    C(consumerRef), not being deleted, not paused (C(baremetalhost.metal3.io/paused)), no error,
+    provisioning state C(available) or C(ready). Hosts labelled C(topology.kubernetes.io/zone) equal
+    to the claim's C(failureDomain) come first."
+  - The host's C(spec.consumerRef) is the truth. A host whose consumerRef names the claim is its
+    host (recovery after a crash); a claim status naming any other host is cleared.
+  - Binding is a two-phase commit. The host's consumerRef is written first, guarded by the host's
+    resourceVersion; on a conflict (another binder got there first) the next candidate is tried.
+    Then the claim's status is written. Concurrent runs are safe. Each claim ranks equal candidates
+    in its own order, so concurrent binders rarely collide.
+  - Adds the C(metal3.io/hostclaim) finalizer to claims it binds, so that deleting a claim waits for
+    M(metalclaim.hostclaim.hostclaim_release).
+  - Claims whose C(spec.kind) is not C(baremetal), and claims being deleted, are left alone.
+author:
+  - metalclaim maintainers (@metalclaim)
+extends_documentation_fragment:
+  - metalclaim.hostclaim.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would be bound and written; writes nothing.
+  diff_mode:
+    support: none
+    description: The per-claim results say what changed.
+  idempotent:
+    support: full
+    description: A second run with nothing new to bind changes nothing.
+options:
+  claims:
+    description:
+      - The claims to reconcile. Default is every HostClaim the identity can list.
+    type: list
+    elements: dict
+    suboptions:
+      namespace:
+        description: Namespace of the claim.
+        type: str
+        required: true
+      name:
+        description: Name of the claim.
+        type: str
+        required: true
+"""
+
+EXAMPLES = r"""
+- name: Bind every unbound claim
+  metalclaim.hostclaim.hostclaim_bind:
+  register: binding
+
+- name: Bind the claims an event named
+  metalclaim.hostclaim.hostclaim_bind:
+    claims:
+      - namespace: cluster-ns
+        name: my-hostclaim
+    kubeconfig: /etc/metalclaim/controller.kubeconfig
+"""
+
+RETURN = r"""
+claims:
+  description: One entry per claim considered.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    namespace:
+      description: The claim's namespace.
+      type: str
+    name:
+      description: The claim's name.
+      type: str
+    action:
+      description: C(keep) (already bound), C(bind), C(refuse) or C(skip).
+      type: str
+    host:
+      description: C(<namespace>/<name>) of its host, or null when unbound.
+      type: str
+    reason:
+      description: Why it is unbound or skipped (the Association condition's reason).
+      type: str
+      returned: when unbound or skipped
+    message:
+      description: Why, in words.
+      type: str
+      returned: when unbound
+    changed:
+      description: Whether anything was written for this claim.
+      type: bool
+  sample:
+    - namespace: cluster-ns
+      name: my-hostclaim
+      action: bind
+      host: infrahost/bm-00
+      changed: true
+bound:
+  description: How many of the claims have a host after this run.
+  returned: always
+  type: int
+unbound:
+  description: How many of the claims wanted a host and have none.
+  returned: always
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import bind_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._conditions import now
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import (
+    AUTH_ARG_SPEC,
+    KUBERNETES_IMPORT_ERROR,
+    Kube,
+    KubeError,
+)
+
+
+def main():
+    argument_spec = dict(
+        claims=dict(
+            type="list",
+            elements="dict",
+            options=dict(namespace=dict(type="str", required=True), name=dict(type="str", required=True)),
+        ),
+        **AUTH_ARG_SPEC,
+    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    if KUBERNETES_IMPORT_ERROR:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    try:
+        result = bind_claims(Kube(module.params), module.params["claims"], now(), module.check_mode)
+    except KubeError as error:
+        module.fail_json(msg=str(error))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""hostclaim_bind on the real API server, run by the controller identity through ansible.
+
+Hosts are driven to `available` as the infra identity would see a provisioner do it.
+Each test uses its own rack namespace and label value, and names its claims, so the
+tests do not see each other's objects.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from metalclaim.runner import run
+from tests.support import run_tasks
+
+pytestmark = pytest.mark.integration
+
+TENANT_A = "cluster-ns"
+TENANT_B = "tenant-b"
+METAL3 = "metal3.io/v1alpha1"
+
+
+class Rack:
+    """A fresh infrastructure namespace with hosts in state `available` and (optionally) a policy."""
+
+    def __init__(self, clients):
+        self.clients = clients
+        self.namespace = f"rack-{uuid.uuid4().hex[:6]}"
+        self.kind = f"k-{uuid.uuid4().hex[:6]}"  # the label value this test's claims select
+        self.claims: list[tuple[str, str]] = []
+        self.api("admin", "Namespace", "v1").create(
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+        )
+
+    def api(self, identity: str, kind: str, api_version: str = METAL3):
+        return self.clients[identity].resources.get(api_version=api_version, kind=kind)
+
+    def policy(self, rule: dict | None = None) -> None:
+        spec = {"hostclaimNamespaces": rule if rule is not None else {}}
+        self.api("admin", "HostDeployPolicy").create(
+            body={
+                "apiVersion": METAL3,
+                "kind": "HostDeployPolicy",
+                "metadata": {"name": "policy", "namespace": self.namespace},
+                "spec": spec,
+            }
+        )
+
+    def host(self, name: str, state: str = "available", labels: dict | None = None) -> dict:
+        hosts = self.api("admin", "BareMetalHost")
+        hosts.create(
+            body={
+                "apiVersion": METAL3,
+                "kind": "BareMetalHost",
+                "metadata": {
+                    "name": name,
+                    "namespace": self.namespace,
+                    "labels": {"infra-kind": self.kind, **(labels or {})},
+                },
+                "spec": {
+                    "online": False,
+                    "bmc": {
+                        "address": "redfish+http://127.0.0.1:9/redfish/v1/Systems/x",
+                        "credentialsName": f"{name}-bmc-secret",
+                    },
+                },
+            }
+        )
+        return hosts.status.patch(
+            body={"status": {"provisioning": {"state": state}, "operationalStatus": "OK", "poweredOn": False}},
+            name=name,
+            namespace=self.namespace,
+            content_type="application/merge-patch+json",
+        ).to_dict()
+
+    def claim(self, name: str, namespace: str = TENANT_A, identity: str = "tenant-a", **spec) -> None:
+        spec.setdefault("hostSelector", {"matchLabels": {"infra-kind": self.kind}})
+        spec.setdefault("online", False)
+        self.api(identity, "HostClaim").create(
+            body={
+                "apiVersion": METAL3,
+                "kind": "HostClaim",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": spec,
+            }
+        )
+        self.claims.append((namespace, name))
+
+    def read_claim(self, name: str, namespace: str = TENANT_A) -> dict:
+        return self.api("admin", "HostClaim").get(name=name, namespace=namespace).to_dict()
+
+    def read_host(self, name: str) -> dict:
+        return self.api("admin", "BareMetalHost").get(name=name, namespace=self.namespace).to_dict()
+
+    def claim_args(self) -> list[dict]:
+        return [{"namespace": ns, "name": name} for ns, name in self.claims]
+
+    def cleanup(self) -> None:
+        claims = self.api("admin", "HostClaim")
+        for namespace, name in self.claims:
+            try:  # release is a later step: drop our finalizer so deletion does not wait for it
+                claims.patch(
+                    body={"metadata": {"finalizers": None}},
+                    name=name,
+                    namespace=namespace,
+                    content_type="application/merge-patch+json",
+                )
+                claims.delete(name=name, namespace=namespace)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+        self.api("admin", "Namespace", "v1").delete(name=self.namespace)
+
+
+@pytest.fixture
+def rack(clients):
+    rack = Rack(clients)
+    yield rack
+    rack.cleanup()
+
+
+def bind(devenv, tmp_path, rack, check_mode: bool = False) -> dict:
+    task = {"metalclaim.hostclaim.hostclaim_bind": {"claims": rack.claim_args()}}
+    if check_mode:
+        task["check_mode"] = True
+    (result,) = run_tasks(tmp_path / uuid.uuid4().hex[:6], [task], devenv.kubeconfig("controller"))
+    assert not result["failed"], result
+    return result
+
+
+def condition(claim: dict, type_: str) -> dict:
+    return next(c for c in claim["status"]["conditions"] if c["type"] == type_)
+
+
+def test_bind_writes_consumer_ref_then_status(devenv, clients, rack, tmp_path):
+    rack.policy()
+    rack.host("h1")
+    rack.claim("web")
+
+    preview = bind(devenv, tmp_path, rack, check_mode=True)
+    assert preview["changed"] is True and preview["claims"][0]["host"] == f"{rack.namespace}/h1"
+    assert "consumerRef" not in rack.read_host("h1")["spec"]  # check mode wrote nothing
+
+    result = bind(devenv, tmp_path, rack)
+    assert (result["changed"], result["bound"], result["claims"][0]["action"]) == (True, 1, "bind")
+    claim = rack.read_claim("web")
+    host = rack.read_host("h1")
+    assert host["spec"]["consumerRef"] == {
+        "apiVersion": METAL3,
+        "kind": "HostClaim",
+        "namespace": TENANT_A,
+        "name": "web",
+        "uid": claim["metadata"]["uid"],
+    }
+    assert claim["status"]["hardwareData"] == {"name": "h1", "namespace": rack.namespace}
+    assert claim["status"]["hostUID"] == host["metadata"]["uid"]
+    association = condition(claim, "Association")
+    assert (association["status"], association["reason"], association["observedGeneration"]) == (
+        "True",
+        "BareMetalHostAssociated",
+        claim["metadata"]["generation"],
+    )
+    assert condition(claim, "Ready")["status"] == "True"
+    assert "metal3.io/hostclaim" in claim["metadata"]["finalizers"]
+
+    # The tenant sees why in its own namespace, through an Event.
+    events = rack.api("tenant-a", "Event", "v1").get(
+        namespace=TENANT_A, field_selector=f"involvedObject.uid={claim['metadata']['uid']}"
+    )
+    assert [(e.reason, e.message) for e in events.items] == [("Bound", f"bound to BareMetalHost {rack.namespace}/h1")]
+
+    again = bind(devenv, tmp_path, rack)
+    assert again["changed"] is False
+    assert rack.read_claim("web")["status"]["conditions"] == claim["status"]["conditions"]
+
+
+def test_claims_from_unauthorized_namespaces_are_refused(devenv, rack, tmp_path):
+    rack.policy({"names": [TENANT_A]})
+    rack.host("h1")
+    selector = {"matchLabels": {"infra-kind": rack.kind}, "inNamespace": rack.namespace}
+    rack.claim("intruder", namespace=TENANT_B, identity="tenant-b", hostSelector=selector)
+    result = bind(devenv, tmp_path, rack)
+    assert result["bound"] == 0
+    assert "consumerRef" not in rack.read_host("h1")["spec"]
+    association = condition(rack.read_claim("intruder", TENANT_B), "Association")
+    assert (association["status"], association["reason"]) == ("False", "NotAuthorized")
+    assert association["message"] == f"{rack.namespace}/policy: namespace 'tenant-b' is not in names"
+
+
+def test_no_free_host_and_failure_domain_preference(devenv, rack, tmp_path):
+    rack.policy()
+    rack.host("busy", state="provisioning")
+    rack.host("z1", labels={"topology.kubernetes.io/zone": "zone-1"})
+    rack.host("z2", labels={"topology.kubernetes.io/zone": "zone-2"})
+    rack.claim("pinned", failureDomain="zone-2")
+    rack.claim("second")
+    rack.claim("third")
+    result = bind(devenv, tmp_path, rack)
+    outcome = {c["name"]: c for c in result["claims"]}
+    assert outcome["pinned"]["host"] == f"{rack.namespace}/z2"
+    assert outcome["second"]["host"] == f"{rack.namespace}/z1"
+    assert outcome["third"]["reason"] == "NoBareMetalHost"
+    ready = condition(rack.read_claim("third"), "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "IssuesReported")
+    assert ready["message"].startswith("* Association: no free BareMetalHost matches the hostSelector in ")
+
+
+def test_deleted_host_is_missing_and_the_claim_binds_again(devenv, rack, tmp_path):
+    rack.policy()
+    rack.host("first")
+    rack.claim("survivor")
+    bind(devenv, tmp_path, rack)
+    rack.api("admin", "BareMetalHost").delete(name="first", namespace=rack.namespace)
+    result = bind(devenv, tmp_path, rack)
+    assert result["claims"][0]["reason"] == "MissingBareMetalHost"
+    claim = rack.read_claim("survivor")
+    assert "hardwareData" not in claim["status"]
+    assert condition(claim, "Association")["reason"] == "MissingBareMetalHost"
+    rack.host("second")
+    result = bind(devenv, tmp_path, rack)
+    assert result["claims"][0]["host"] == f"{rack.namespace}/second"
+
+
+def test_stale_status_is_cleared_when_the_host_does_not_name_the_claim(devenv, rack, tmp_path):
+    rack.policy()
+    rack.host("h1")
+    rack.claim("c1")
+    bind(devenv, tmp_path, rack)
+    # The infra team takes the host back by hand; the claim's status still names it.
+    rack.api("admin", "BareMetalHost").patch(
+        body={"spec": {"consumerRef": None}},
+        name="h1",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    rack.api("admin", "BareMetalHost").status.patch(
+        body={"status": {"provisioning": {"state": "provisioning"}}},
+        name="h1",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    bind(devenv, tmp_path, rack)
+    claim = rack.read_claim("c1")
+    assert "hardwareData" not in claim["status"]
+    assert condition(claim, "Association")["reason"] == "NoBareMetalHost"
+
+
+def test_concurrent_binders_never_bind_a_host_twice(devenv, rack, tmp_path):
+    """4 concurrent ansible runs over 24 claims for 6 hosts: exactly 6 bound, each host once."""
+    rack.policy()
+    for index in range(6):
+        rack.host(f"h{index}")
+    for index in range(24):
+        rack.claim(f"c{index:02d}")
+    task = [{"metalclaim.hostclaim.hostclaim_bind": {"claims": rack.claim_args()}}]
+    play = [{"name": "bind", "hosts": "localhost", "gather_facts": False, "tasks": task}]
+
+    def one_run(index: int):
+        private = tmp_path / f"run{index}"
+        (private / "project").mkdir(parents=True)
+        (private / "project" / "playbook.yml").write_text(json.dumps(play))
+        return run(private, devenv.kubeconfig("controller"), playbook="playbook.yml")
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = list(pool.map(one_run, range(4)))
+    assert [r.status for r in runs] == ["successful"] * 4, [r.tasks[-1].get("msg") for r in runs if r.tasks]
+
+    hosts = rack.api("admin", "BareMetalHost").get(namespace=rack.namespace).to_dict()["items"]
+    consumers = [h["spec"]["consumerRef"]["name"] for h in hosts if h["spec"].get("consumerRef")]
+    assert len(consumers) == 6 and len(set(consumers)) == 6
+    claims = {name: rack.read_claim(name) for _namespace, name in rack.claims}
+    bound = {name for name, c in claims.items() if c["status"].get("hardwareData")}
+    assert bound == set(consumers)
+    for name, claim in claims.items():
+        expected = "BareMetalHostAssociated" if name in bound else "NoBareMetalHost"
+        assert condition(claim, "Association")["reason"] == expected, name
