@@ -121,6 +121,14 @@ class Kube:
             raise KubeError(_describe(error, action, meta.get("namespace"))) from error
         return result.to_dict()
 
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        """Delete one object; one already gone is fine."""
+        try:
+            self._resource(api_version, kind).delete(name=name, namespace=namespace, _request_timeout=self._timeout)
+        except ApiException as error:
+            if error.status != 404:
+                raise KubeError(_describe(error, f"delete {kind} {name}", namespace)) from error
+
     def create(self, obj: dict) -> dict:
         try:
             result = self._resource(obj["apiVersion"], obj["kind"]).create(

@@ -8,112 +8,14 @@ tests do not see each other's objects.
 from __future__ import annotations
 
 import json
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from metalclaim.runner import run
-from tests.support import run_tasks
+from tests.claimlayer import METAL3, TENANT_A, TENANT_B, Rack, condition, step
 
 pytestmark = pytest.mark.integration
-
-TENANT_A = "cluster-ns"
-TENANT_B = "tenant-b"
-METAL3 = "metal3.io/v1alpha1"
-
-
-class Rack:
-    """A fresh infrastructure namespace with hosts in state `available` and (optionally) a policy."""
-
-    def __init__(self, clients):
-        self.clients = clients
-        self.namespace = f"rack-{uuid.uuid4().hex[:6]}"
-        self.kind = f"k-{uuid.uuid4().hex[:6]}"  # the label value this test's claims select
-        self.claims: list[tuple[str, str]] = []
-        self.api("admin", "Namespace", "v1").create(
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
-        )
-
-    def api(self, identity: str, kind: str, api_version: str = METAL3):
-        return self.clients[identity].resources.get(api_version=api_version, kind=kind)
-
-    def policy(self, rule: dict | None = None) -> None:
-        spec = {"hostclaimNamespaces": rule if rule is not None else {}}
-        self.api("admin", "HostDeployPolicy").create(
-            body={
-                "apiVersion": METAL3,
-                "kind": "HostDeployPolicy",
-                "metadata": {"name": "policy", "namespace": self.namespace},
-                "spec": spec,
-            }
-        )
-
-    def host(self, name: str, state: str = "available", labels: dict | None = None) -> dict:
-        hosts = self.api("admin", "BareMetalHost")
-        hosts.create(
-            body={
-                "apiVersion": METAL3,
-                "kind": "BareMetalHost",
-                "metadata": {
-                    "name": name,
-                    "namespace": self.namespace,
-                    "labels": {"infra-kind": self.kind, **(labels or {})},
-                },
-                "spec": {
-                    "online": False,
-                    "bmc": {
-                        "address": "redfish+http://127.0.0.1:9/redfish/v1/Systems/x",
-                        "credentialsName": f"{name}-bmc-secret",
-                    },
-                },
-            }
-        )
-        return hosts.status.patch(
-            body={"status": {"provisioning": {"state": state}, "operationalStatus": "OK", "poweredOn": False}},
-            name=name,
-            namespace=self.namespace,
-            content_type="application/merge-patch+json",
-        ).to_dict()
-
-    def claim(self, name: str, namespace: str = TENANT_A, identity: str = "tenant-a", **spec) -> None:
-        spec.setdefault("hostSelector", {"matchLabels": {"infra-kind": self.kind}})
-        spec.setdefault("online", False)
-        self.api(identity, "HostClaim").create(
-            body={
-                "apiVersion": METAL3,
-                "kind": "HostClaim",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": spec,
-            }
-        )
-        self.claims.append((namespace, name))
-
-    def read_claim(self, name: str, namespace: str = TENANT_A) -> dict:
-        return self.api("admin", "HostClaim").get(name=name, namespace=namespace).to_dict()
-
-    def read_host(self, name: str) -> dict:
-        return self.api("admin", "BareMetalHost").get(name=name, namespace=self.namespace).to_dict()
-
-    def claim_args(self) -> list[dict]:
-        return [{"namespace": ns, "name": name} for ns, name in self.claims]
-
-    def cleanup(self) -> None:
-        claims = self.api("admin", "HostClaim")
-        for namespace, name in self.claims:
-            try:  # release is a later step: drop our finalizer so deletion does not wait for it
-                claims.patch(
-                    body={"metadata": {"finalizers": None}},
-                    name=name,
-                    namespace=namespace,
-                    content_type="application/merge-patch+json",
-                )
-                claims.delete(name=name, namespace=namespace)
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-        self.api("admin", "Namespace", "v1").delete(name=self.namespace)
 
 
 @pytest.fixture
@@ -124,16 +26,7 @@ def rack(clients):
 
 
 def bind(devenv, tmp_path, rack, check_mode: bool = False) -> dict:
-    task = {"metalclaim.hostclaim.hostclaim_bind": {"claims": rack.claim_args()}}
-    if check_mode:
-        task["check_mode"] = True
-    (result,) = run_tasks(tmp_path / uuid.uuid4().hex[:6], [task], devenv.kubeconfig("controller"))
-    assert not result["failed"], result
-    return result
-
-
-def condition(claim: dict, type_: str) -> dict:
-    return next(c for c in claim["status"]["conditions"] if c["type"] == type_)
+    return step("hostclaim_bind", devenv, tmp_path, rack, check_mode)
 
 
 def test_bind_writes_consumer_ref_then_status(devenv, clients, rack, tmp_path):

@@ -1,0 +1,126 @@
+#!/usr/bin/python
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: hostclaim_release
+short_description: Release the BareMetalHosts of deleted HostClaims, cleaned, then let the claims go
+version_added: 0.1.0
+description:
+  - For each HostClaim being deleted that carries the C(metal3.io/hostclaim) finalizer (those in
+    O(claims), or all), releases its BareMetalHost in this order.
+  - First, the host's C(image), C(userData), C(metaData) and C(networkData) are cleared, and the copied
+    Secrets C(<host>-userdata), C(<host>-metadata) and C(<host>-networkdata) are deleted.
+  - Then C(automatedCleaningMode) is forced to C(metadata), C(online) is set to false and the
+    C(reboot.metal3.io[/<key>]) annotations are removed.
+  - Once the host's provisioner reports it C(available) (or C(ready)) again, its C(consumerRef) is
+    cleared. The claim's finalizer is removed last, so the claim is deleted.
+  - Does not block. A claim whose host is still being deprovisioned is reported as C(waiting),
+    and the next run continues from where the host is.
+author:
+  - metalclaim maintainers (@metalclaim)
+extends_documentation_fragment:
+  - metalclaim.hostclaim.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would be released; writes nothing.
+  diff_mode:
+    support: none
+    description: The per-claim results say what changed.
+  idempotent:
+    support: full
+    description: Each run moves every deleted claim one step further; with none left, nothing changes.
+options:
+  claims:
+    description:
+      - The claims to consider. Default is every HostClaim the identity can list.
+    type: list
+    elements: dict
+    suboptions:
+      namespace:
+        description: Namespace of the claim.
+        type: str
+        required: true
+      name:
+        description: Name of the claim.
+        type: str
+        required: true
+"""
+
+EXAMPLES = r"""
+- name: Release the hosts of every deleted claim
+  metalclaim.hostclaim.hostclaim_release:
+  register: release
+
+- name: Report claims still waiting for their host to be cleaned
+  ansible.builtin.debug:
+    msg: "{{ release.claims | selectattr('state', 'equalto', 'waiting') | map(attribute='message') | list }}"
+"""
+
+RETURN = r"""
+claims:
+  description: One entry per deleted claim considered.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    namespace:
+      description: The claim's namespace.
+      type: str
+    name:
+      description: The claim's name.
+      type: str
+    host:
+      description: C(<namespace>/<name>) of its host, or null when it had none.
+      type: str
+    state:
+      description: C(released) (finalizer removed), C(waiting) (host being deprovisioned) or C(conflict).
+      type: str
+    message:
+      description: What it waits for.
+      type: str
+      returned: when waiting or in conflict
+    changed:
+      description: Whether anything was written for this claim.
+      type: bool
+pending:
+  description: How many claims wait for their host to be deprovisioned.
+  returned: always
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_release import release_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._conditions import now
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import (
+    AUTH_ARG_SPEC,
+    KUBERNETES_IMPORT_ERROR,
+    Kube,
+    KubeError,
+)
+
+
+def main():
+    argument_spec = dict(
+        claims=dict(
+            type="list",
+            elements="dict",
+            options=dict(namespace=dict(type="str", required=True), name=dict(type="str", required=True)),
+        ),
+        **AUTH_ARG_SPEC,
+    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    if KUBERNETES_IMPORT_ERROR:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    try:
+        result = release_claims(Kube(module.params), module.params["claims"], now(), module.check_mode)
+    except KubeError as error:
+        module.fail_json(msg=str(error))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""hostclaim_release on the real API server: a deleted claim gives its host back cleaned, then goes."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tests.claimlayer import TENANT_A, TENANT_B, Rack, condition, step
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def rack(clients):
+    rack = Rack(clients)
+    yield rack
+    rack.cleanup()
+
+
+def test_delete_releases_a_cleaned_host_that_another_tenant_then_gets(devenv, clients, rack, tmp_path):
+    rack.policy()
+    rack.host("h1")
+    rack.claim("first")
+    step("hostclaim_bind", devenv, tmp_path, rack)
+    # The host gets provisioned with the tenant's image and data, as the sync step and provisioner would.
+    hosts = rack.api("admin", "BareMetalHost")
+    hosts.patch(
+        body={
+            "metadata": {"annotations": {"reboot.metal3.io/maintenance": "", "infra.example/keep": "yes"}},
+            "spec": {
+                "online": True,
+                "automatedCleaningMode": "disabled",
+                "image": {"url": "http://127.0.0.1/img.qcow2", "checksum": "abc", "format": "qcow2"},
+                "userData": {"name": "h1-userdata", "namespace": rack.namespace},
+            },
+        },
+        name="h1",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    rack.api("admin", "Secret", "v1").create(
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "h1-userdata", "namespace": rack.namespace},
+            "stringData": {"userData": "#cloud-config"},
+        }
+    )
+    rack.set_state("h1", "provisioned")
+
+    rack.api("tenant-a", "HostClaim").delete(name="first", namespace=TENANT_A)
+    assert rack.read_claim("first")["metadata"]["deletionTimestamp"]  # held by the finalizer
+
+    waiting = step("hostclaim_release", devenv, tmp_path, rack)
+    assert (waiting["pending"], waiting["claims"][0]["state"]) == (1, "waiting")
+    assert waiting["claims"][0]["message"].endswith("to be deprovisioned (now provisioned)")
+    host = rack.read_host("h1")
+    assert host["spec"]["consumerRef"]["name"] == "first"  # not given away dirty
+    assert (host["spec"]["online"], host["spec"]["automatedCleaningMode"]) == (False, "metadata")
+    assert not {"image", "userData"} & set(host["spec"])
+    assert host["metadata"]["annotations"] == {"infra.example/keep": "yes"}
+    with pytest.raises(ApiException) as gone:
+        rack.api("admin", "Secret", "v1").get(name="h1-userdata", namespace=rack.namespace)
+    assert gone.value.status == 404
+
+    # Nobody can take the host while it is being cleaned.
+    rack.claim("second", namespace=TENANT_B, identity="tenant-b")
+    assert step("hostclaim_bind", devenv, tmp_path, rack)["bound"] == 0
+
+    rack.set_state("h1", "available")  # the provisioner finished deprovisioning
+    released = step("hostclaim_release", devenv, tmp_path, rack)
+    assert released["claims"][0]["state"] == "released"
+    assert "consumerRef" not in rack.read_host("h1")["spec"]
+    with pytest.raises(ApiException) as deleted:
+        rack.read_claim("first")
+    assert deleted.value.status == 404
+
+    assert step("hostclaim_bind", devenv, tmp_path, rack)["bound"] == 1
+    second = rack.read_claim("second", TENANT_B)
+    assert second["status"]["hardwareData"]["name"] == "h1"
+    assert condition(second, "Association")["status"] == "True"
+
+
+def test_claims_without_a_host_go_at_once(devenv, rack, tmp_path):
+    rack.policy()
+    rack.host("h1")
+    rack.claim("orphaned")
+    rack.claim("never-bound", hostSelector={"matchLabels": {"infra-kind": "no-such-kind"}})
+    step("hostclaim_bind", devenv, tmp_path, rack)
+    assert rack.read_claim("never-bound")["metadata"].get("finalizers") is None  # nothing to release
+    rack.api("admin", "BareMetalHost").delete(name="h1", namespace=rack.namespace)  # its host vanishes
+    rack.api("tenant-a", "HostClaim").delete(name="orphaned", namespace=TENANT_A)
+    result = step("hostclaim_release", devenv, tmp_path, rack)
+    assert [(c["name"], c["state"], c["host"]) for c in result["claims"]] == [("orphaned", "released", None)]
+    with pytest.raises(ApiException) as deleted:
+        rack.read_claim("orphaned")
+    assert deleted.value.status == 404
