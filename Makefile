@@ -52,7 +52,8 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/yamllint --strict .
-	$(VENV)/bin/ansible-lint --profile production
+	# A project-local ANSIBLE_HOME: ansible-lint installs this collection there, never a stale shared copy.
+	ANSIBLE_HOME=$(CURDIR)/.ansible $(VENV)/bin/ansible-lint --profile production
 
 unit: setup
 	$(PY) -m pytest tests/unit -q

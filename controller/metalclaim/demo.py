@@ -10,6 +10,7 @@ then shows what each of them can see.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import tempfile
@@ -39,6 +40,11 @@ def show(env: Devenv, identity: str, *args: str) -> None:
     print(f"[{identity}] $ kubectl {' '.join(args)}")
     result = env.kubectl(identity, *args, check=False)
     print((result.stdout or result.stderr).rstrip())
+
+
+def host_names(env: Devenv) -> list[str]:
+    listing = env.kubectl("infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE, "-o", "name").stdout
+    return [line.split("/", 1)[1] for line in listing.split()]
 
 
 def run_module(env: Devenv, identity: str, module: str, args: dict) -> dict:
@@ -97,11 +103,55 @@ def main(argv: list[str] | None = None) -> int:
         for decision in result.get("decisions", []):
             print(f"  {decision['policy']:<24} {decision['reason']:<16} {decision['message']}")
 
+        step("No provisioner yet: the demo marks the hosts `available` itself, as the infra identity")
+        print("(The Redfish provisioner, which will register and inspect hosts for real, is not built yet.)")
+        for host in sorted(host_names(env)):
+            env.kubectl(
+                "infra",
+                "patch",
+                "baremetalhost",
+                host,
+                "-n",
+                INFRA_NAMESPACE,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                json.dumps(
+                    {"status": {"provisioning": {"state": "available"}, "operationalStatus": "OK", "poweredOn": False}}
+                ),
+            )
+        show(env, "infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE)
+
+        step("The controller runs the reconcile playbook (metalclaim.hostclaim.reconcile)")
+        with tempfile.TemporaryDirectory() as private:
+            result = run(
+                Path(private), env.kubeconfig("controller"), playbook=str(REPO_ROOT / "playbooks" / "reconcile.yml")
+            )
+        for task in result.tasks:
+            print(
+                f"  {task['task']:<40} {'FAILED: ' + task.get('msg', '') if task['failed'] else task.get('msg', 'ok')}"
+            )
+
+        step("What the tenant sees: its claim, bound, with the guide's conditions and Events")
+        show(env, TENANT, "get", "hostclaims", "-n", tenant_ns)
+        claim = json.loads(
+            env.kubectl(TENANT, "get", "hostclaim", "my-hostclaim", "-n", tenant_ns, "-o", "json").stdout
+        )
+        status = claim.get("status", {})
+        print(f"hardwareData: {status.get('hardwareData')}   hostUID: {status.get('hostUID')}")
+        print(f"  {'TYPE':<16} {'STATUS':<8} {'REASON':<24} MESSAGE")
+        for condition in status.get("conditions", []):
+            print(
+                f"  {condition['type']:<16} {condition['status']:<8} {condition['reason']:<24} {condition['message']}"
+            )
+        show(env, TENANT, "get", "events", "-n", tenant_ns, "--field-selector=involvedObject.name=my-hostclaim")
+        step("What the infra team sees: the host's consumer")
+        show(env, "infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE)
+
         step("Not built yet")
         print(
-            "Binding, secret copy, status and provisioning over Redfish do not exist yet, so the claim\n"
-            "above stays unbound with no status. This demo shows the environment, the CRDs, the identities,\n"
-            "RBAC and the policy check the rest is built on."
+            "Secret copy (bm-NN-userdata), online/image/reboot sync, the Provisioned and Synchronization\n"
+            "conditions, and provisioning over Redfish do not exist yet."
         )
         print(
             f"\nThe environment keeps running: kubeconfigs are in {env.directory / 'kubeconfig'}.\n"

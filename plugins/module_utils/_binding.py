@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._policy import PolicyDecision, refusal_message
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._selectors import SelectorError, matches, validate
 
 CLAIM_API_VERSION = "metal3.io/v1alpha1"
@@ -111,8 +110,8 @@ class Plan:
         return f"no free BareMetalHost matches the hostSelector in {', '.join(namespaces)}"
 
 
-def plan(claim: dict, hosts: list[dict], authorized_namespaces: list[str], decisions: list[PolicyDecision]) -> Plan:
-    """Decide for one claim, given every host the caller can see and the policies' decisions on its namespace."""
+def plan(claim: dict, hosts: list[dict], authorized_namespaces: list[str]) -> Plan:
+    """Decide for one claim, given every host the caller can see and the namespaces policies admit it to."""
     spec = claim.get("spec") or {}
     status = claim.get("status") or {}
     if claim["metadata"].get("deletionTimestamp"):
@@ -141,7 +140,10 @@ def plan(claim: dict, hosts: list[dict], authorized_namespaces: list[str], decis
     in_namespace = selector.get("inNamespace")
     allowed = [ns for ns in authorized_namespaces if not in_namespace or ns == in_namespace]
     if not allowed:
-        message = refusal_message(decisions, in_namespace)
+        # Tenants read this: say no, but not which policies of which infra namespaces said it
+        # (hostdeploypolicy_check gives the infra team the per-policy detail).
+        where = f" in namespace {in_namespace!r}" if in_namespace else ""
+        message = f"no HostDeployPolicy{where} admits namespace {key(claim)[0]!r}"
         return Plan(claim, "refuse", reason=NOT_AUTHORIZED, message=message, stale_status=stale)
 
     domain = spec.get("failureDomain")

@@ -46,8 +46,8 @@ def bind_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: boo
     results = []
     for claim in claims:
         namespace = claim["metadata"]["namespace"]
-        authorized, decisions = evaluate_policies(policies, namespace, namespace_labels.get(namespace, {}))
-        plan = binding.plan(claim, hosts, authorized, decisions)
+        authorized, _decisions = evaluate_policies(policies, namespace, namespace_labels.get(namespace, {}))
+        plan = binding.plan(claim, hosts, authorized)
         results.append(_commit(kube, plan, hosts_by_key, timestamp, check_mode))
     return {
         "changed": any(r["changed"] for r in results),

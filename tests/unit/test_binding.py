@@ -38,34 +38,34 @@ def test_only_free_matching_hosts_in_authorized_namespaces_are_candidates():
     ]
     hosts.append(host("broken", labels=MEDIUM))
     hosts[-1]["status"]["errorType"] = "registration error"
-    result = binding.plan(claim(), hosts, ["infrahost"], [])
+    result = binding.plan(claim(), hosts, ["infrahost"])
     assert result.action == "bind"
     assert sorted(names(result.candidates)) == ["ok", "ready"]
 
 
 def test_no_policy_refuses_with_the_policy_message():
-    result = binding.plan(claim(), [host("ok", labels=MEDIUM)], [], [])
+    result = binding.plan(claim(), [host("ok", labels=MEDIUM)], [])
     assert (result.action, result.reason, result.message) == (
         "refuse",
         binding.NOT_AUTHORIZED,
-        "no HostDeployPolicy admits this namespace",
+        "no HostDeployPolicy admits namespace 'cluster-ns'",
     )
 
 
 def test_in_namespace_restricts_to_one_authorized_namespace():
     hosts = [host("a", labels=MEDIUM), host("b", namespace="rack-2", labels=MEDIUM)]
     selector = {"matchLabels": MEDIUM, "inNamespace": "rack-2"}
-    result = binding.plan(claim(hostSelector=selector), hosts, ["infrahost", "rack-2"], [])
+    result = binding.plan(claim(hostSelector=selector), hosts, ["infrahost", "rack-2"])
     assert names(result.candidates) == ["b"]
-    refused = binding.plan(claim(hostSelector=selector), hosts, ["infrahost"], [])
+    refused = binding.plan(claim(hostSelector=selector), hosts, ["infrahost"])
     assert (refused.reason, refused.message) == (
         binding.NOT_AUTHORIZED,
-        "no HostDeployPolicy in namespace 'rack-2' admits this namespace",
+        "no HostDeployPolicy in namespace 'rack-2' admits namespace 'cluster-ns'",
     )
 
 
 def test_no_matching_host():
-    result = binding.plan(claim(), [host("large", labels={"infra-kind": "large"})], ["infrahost"], [])
+    result = binding.plan(claim(), [host("large", labels={"infra-kind": "large"})], ["infrahost"])
     assert (result.action, result.reason) == ("refuse", binding.NO_HOST)
     assert result.message == "no free BareMetalHost matches the hostSelector in infrahost"
 
@@ -73,7 +73,7 @@ def test_no_matching_host():
 def test_failure_domain_hosts_come_first():
     zone = binding.FAILURE_DOMAIN_LABEL
     hosts = [host(f"h{i}", labels={**MEDIUM, zone: f"zone-{i % 2}"}) for i in range(10)]
-    result = binding.plan(claim(failureDomain="zone-1"), hosts, ["infrahost"], [])
+    result = binding.plan(claim(failureDomain="zone-1"), hosts, ["infrahost"])
     assert [h["metadata"]["labels"][zone] for h in result.candidates[:5]] == ["zone-1"] * 5
 
 
@@ -81,13 +81,13 @@ def test_existing_consumer_ref_wins_over_everything():
     ref = {"kind": "HostClaim", "namespace": "cluster-ns", "name": "c", "uid": "claim-uid"}
     # Even a host in a state no new binding would accept: it is already this claim's.
     mine = host("mine", labels={"infra-kind": "large"}, state="provisioned", consumer=ref)
-    result = binding.plan(claim(), [host("free", labels=MEDIUM), mine], [], [])
+    result = binding.plan(claim(), [host("free", labels=MEDIUM), mine], [])
     assert (result.action, result.host["metadata"]["name"]) == ("keep", "mine")
 
 
 def test_consumer_ref_of_a_recreated_claim_is_not_mine():
     ref = {"kind": "HostClaim", "namespace": "cluster-ns", "name": "c", "uid": "old-uid"}
-    result = binding.plan(claim(), [host("old", labels=MEDIUM, consumer=ref)], ["infrahost"], [])
+    result = binding.plan(claim(), [host("old", labels=MEDIUM, consumer=ref)], ["infrahost"])
     assert result.action == "refuse"
 
 
@@ -95,7 +95,7 @@ def test_forged_status_is_stale_and_the_claim_binds_elsewhere():
     forged = {"hardwareData": {"name": "victim", "namespace": "infrahost"}}
     someone = {"kind": "HostClaim", "namespace": "tenant-b", "name": "theirs"}
     hosts = [host("victim", labels=MEDIUM, state="provisioned", consumer=someone), host("free", labels=MEDIUM)]
-    result = binding.plan(claim(status=forged), hosts, ["infrahost"], [])
+    result = binding.plan(claim(status=forged), hosts, ["infrahost"])
     assert result.stale_status is True
     assert (result.action, names(result.candidates)) == ("bind", ["free"])
     assert result.reason == ""  # the host exists: not MissingBareMetalHost
@@ -103,23 +103,23 @@ def test_forged_status_is_stale_and_the_claim_binds_elsewhere():
 
 def test_deleted_host_is_reported_missing_and_the_claim_binds_again():
     recorded = {"hardwareData": {"name": "gone", "namespace": "infrahost"}}
-    result = binding.plan(claim(status=recorded), [host("free", labels=MEDIUM)], ["infrahost"], [])
+    result = binding.plan(claim(status=recorded), [host("free", labels=MEDIUM)], ["infrahost"])
     assert (result.action, result.reason) == ("bind", binding.MISSING_HOST)
     assert result.message == "BareMetalHost infrahost/gone no longer exists"
-    none_left = binding.plan(claim(status=recorded), [], ["infrahost"], [])
+    none_left = binding.plan(claim(status=recorded), [], ["infrahost"])
     assert (none_left.action, none_left.reason) == ("refuse", binding.MISSING_HOST)
 
 
 def test_other_kinds_and_deleting_claims_are_skipped():
-    assert binding.plan(claim(kind="vm"), [host("h", labels=MEDIUM)], ["infrahost"], []).action == "skip"
+    assert binding.plan(claim(kind="vm"), [host("h", labels=MEDIUM)], ["infrahost"]).action == "skip"
     deleting = claim()
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    assert binding.plan(deleting, [host("h", labels=MEDIUM)], ["infrahost"], []).action == "skip"
+    assert binding.plan(deleting, [host("h", labels=MEDIUM)], ["infrahost"]).action == "skip"
 
 
 def test_invalid_selector_is_refused_with_the_field():
     bad = claim(hostSelector={"matchExpressions": [{"key": "k", "operator": "In"}]})
-    result = binding.plan(bad, [host("h", labels=MEDIUM)], ["infrahost"], [])
+    result = binding.plan(bad, [host("h", labels=MEDIUM)], ["infrahost"])
     assert (result.action, result.reason) == ("refuse", binding.INVALID_SELECTOR)
     assert "values: In needs at least one value" in result.message
 
@@ -127,7 +127,7 @@ def test_invalid_selector_is_refused_with_the_field():
 def test_concurrent_claims_spread_over_candidates():
     hosts = [host(f"h{i:02d}", labels=MEDIUM) for i in range(50)]
     firsts = {
-        names(binding.plan(claim(name=f"c{i}", uid=f"u{i}"), hosts, ["infrahost"], []).candidates)[0] for i in range(50)
+        names(binding.plan(claim(name=f"c{i}", uid=f"u{i}"), hosts, ["infrahost"]).candidates)[0] for i in range(50)
     }
     # 50 claims racing for 50 hosts: their first choices are spread, not all on one host.
     assert len(firsts) > 25
@@ -137,5 +137,5 @@ def test_two_hosts_naming_one_claim_keep_the_recorded_one_and_give_back_the_othe
     ref = {"kind": "HostClaim", "namespace": "cluster-ns", "name": "c", "uid": "claim-uid"}
     status = {"hardwareData": {"name": "b", "namespace": "infrahost"}}
     hosts = [host("a", labels=MEDIUM, consumer=ref), host("b", labels=MEDIUM, consumer=ref)]
-    result = binding.plan(claim(status=status), hosts, ["infrahost"], [])
+    result = binding.plan(claim(status=status), hosts, ["infrahost"])
     assert (result.action, result.host["metadata"]["name"], names(result.extra_hosts)) == ("keep", "b", ["a"])

@@ -1,0 +1,167 @@
+"""Benchmark: hostclaim_bind through ansible-runner, as the controller would run it.
+
+    .venv/bin/python bench/bind.py [--devenv DIR] [--claims 1,100,1000] [--race 200x50x4]
+
+Prints figures, never pass/fail. Uses a running devenv (METALCLAIM_DEVENV or --devenv),
+or brings a bare one up and down. Each size gets a fresh rack namespace with as many
+hosts as claims (all `available`), and one tenant namespace for its claims.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kubernetes import config as kube_config
+from kubernetes.dynamic import DynamicClient
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "controller"))
+
+from metalclaim.devenv.env import Devenv  # noqa: E402
+from metalclaim.runner import run  # noqa: E402
+
+METAL3 = "metal3.io/v1alpha1"
+
+
+def api(client, kind, api_version=METAL3):
+    return client.resources.get(api_version=api_version, kind=kind)
+
+
+def setup(admin, hosts: int, claims: int) -> tuple[str, str]:
+    tag = uuid.uuid4().hex[:6]
+    rack, tenant = f"bench-rack-{tag}", f"bench-tenant-{tag}"
+    for name in (rack, tenant):
+        api(admin, "Namespace", "v1").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    api(admin, "HostDeployPolicy").create(
+        body={
+            "apiVersion": METAL3,
+            "kind": "HostDeployPolicy",
+            "metadata": {"name": "p", "namespace": rack},
+            "spec": {"hostclaimNamespaces": {"names": [tenant]}},
+        }
+    )
+    bmh = api(admin, "BareMetalHost")
+    for index in range(hosts):
+        bmh.create(
+            body={
+                "apiVersion": METAL3,
+                "kind": "BareMetalHost",
+                "metadata": {"name": f"h{index:04d}", "namespace": rack, "labels": {"infra-kind": tag}},
+                "spec": {"online": False, "bmc": {"address": "redfish+http://127.0.0.1:9/x", "credentialsName": "x"}},
+            }
+        )
+        bmh.status.patch(
+            body={"status": {"provisioning": {"state": "available"}}},
+            name=f"h{index:04d}",
+            namespace=rack,
+            content_type="application/merge-patch+json",
+        )
+    claim = api(admin, "HostClaim")
+    for index in range(claims):
+        claim.create(
+            body={
+                "apiVersion": METAL3,
+                "kind": "HostClaim",
+                "metadata": {"name": f"c{index:04d}", "namespace": tenant},
+                "spec": {"online": False, "hostSelector": {"matchLabels": {"infra-kind": tag}}},
+            }
+        )
+    return rack, tenant
+
+
+def teardown(admin, rack: str, tenant: str) -> None:
+    claims = api(admin, "HostClaim")
+    for item in claims.get(namespace=tenant).items:
+        claims.patch(
+            body={"metadata": {"finalizers": None}},
+            name=item.metadata.name,
+            namespace=tenant,
+            content_type="application/merge-patch+json",
+        )
+    for name in (rack, tenant):
+        api(admin, "Namespace", "v1").delete(name=name)
+
+
+def bind_run(kubeconfig: str, tenant: str, claims: int) -> tuple[float, dict]:
+    wanted = [{"namespace": tenant, "name": f"c{index:04d}"} for index in range(claims)]
+    with tempfile.TemporaryDirectory() as private:
+        project = Path(private) / "project"
+        project.mkdir()
+        play = [
+            {
+                "hosts": "localhost",
+                "gather_facts": False,
+                "name": "bind",
+                "tasks": [{"metalclaim.hostclaim.hostclaim_bind": {"claims": wanted}}],
+            }
+        ]
+        (project / "playbook.yml").write_text(json.dumps(play))
+        started = time.perf_counter()
+        result = run(Path(private), kubeconfig, playbook="playbook.yml")
+        elapsed = time.perf_counter() - started
+    return elapsed, (result.tasks[0] if result.tasks else {"status": result.status})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--devenv", default=os.environ.get("METALCLAIM_DEVENV"))
+    parser.add_argument("--claims", default="1,100,1000")
+    parser.add_argument("--race", default="200x50x4", help="claims x hosts x concurrent runs")
+    args = parser.parse_args()
+    own_env = None
+    if args.devenv:
+        env = Devenv.load(Path(args.devenv).resolve())
+    else:
+        own_env = env = Devenv.up(Path(tempfile.mkdtemp()) / "devenv", hosts=0)
+    admin = DynamicClient(kube_config.new_client_from_config(config_file=env.kubeconfig("admin")))
+    controller = env.kubeconfig("controller")
+    try:
+        print(f"{'claims':>7} {'hosts':>6} {'first run s':>12} {'per claim ms':>13} {'rerun s':>8} {'bound':>6}")
+        for size in [int(n) for n in args.claims.split(",")]:
+            rack, tenant = setup(admin, size, size)
+            try:
+                first, result = bind_run(controller, tenant, size)
+                rerun, again = bind_run(controller, tenant, size)
+                print(
+                    f"{size:>7} {size:>6} {first:>12.2f} {1000 * first / size:>13.1f} {rerun:>8.2f} "
+                    f"{result.get('bound', '?'):>6}  (rerun changed={again.get('changed')})",
+                    flush=True,
+                )
+            finally:
+                teardown(admin, rack, tenant)
+        claims, hosts, runs = (int(n) for n in args.race.split("x"))
+        rack, tenant = setup(admin, hosts, claims)
+        try:
+            started = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=runs) as pool:
+                outcomes = list(pool.map(lambda _index: bind_run(controller, tenant, claims), range(runs)))
+            wall = time.perf_counter() - started
+            consumers = [
+                h.spec.consumerRef.name
+                for h in api(admin, "BareMetalHost").get(namespace=rack).items
+                if h.spec.consumerRef
+            ]
+            conflicts = sum(1 for _, r in outcomes for c in r.get("claims", []) if c["action"] == "conflict")
+            print(
+                f"\nrace: {claims} claims, {hosts} hosts, {runs} concurrent runs: {wall:.2f}s wall, "
+                f"{len(consumers)} hosts bound, {len(set(consumers))} distinct claims, "
+                f"{conflicts} per-claim conflicts retried by another run"
+            )
+        finally:
+            teardown(admin, rack, tenant)
+    finally:
+        if own_env is not None:
+            own_env.down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
