@@ -149,7 +149,7 @@ def main() -> int:
                 for h in api(admin, "BareMetalHost").get(namespace=rack).items
                 if h.spec.consumerRef
             ]
-            conflicts = sum(1 for _, r in outcomes for c in r.get("claims", []) if c["action"] == "conflict")
+            conflicts = sum(1 for _elapsed, r in outcomes for c in r.get("claims", []) if c["action"] == "conflict")
             print(
                 f"\nrace: {claims} claims, {hosts} hosts, {runs} concurrent runs: {wall:.2f}s wall, "
                 f"{len(consumers)} hosts bound, {len(set(consumers))} distinct claims, "
