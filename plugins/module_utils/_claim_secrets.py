@@ -1,0 +1,173 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""hostclaim_secrets: copy a bound claim's userData/metaData/networkData Secrets beside its host.
+
+A reference is only ever read in the claim's own namespace: a tenant naming another
+namespace (say, the BMC credentials Secret of the infra namespace) is refused before
+anything is read. Copies are named ``<host>-userdata`` / ``-metadata`` / ``-networkdata``,
+owned by the host (never the tenant's Secret), and followed by the host's refs.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import select_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_release import DATA_ROLES, copied_secret_name
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import (
+    desired_status,
+    event,
+    write_status,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3, ConflictError
+
+COPY_OF_LABEL = "metalclaim.io/copy-of-claim"
+SYNCED = "ConfigurationSynced"
+CROSS_NAMESPACE = "CrossNamespaceReference"
+
+
+def sync_failure(role: str) -> str:
+    return f"{role[0].upper()}{role[1:]}SecretSyncFailure"
+
+
+def plan_role(claim: dict, role: str, source: dict | None) -> tuple[dict | None, str, str]:
+    """(data of the copy, or None for no copy; failure reason; failure message). Pure.
+
+    `source` is the tenant Secret (already read from the claim's namespace) or None when absent.
+    """
+    ref = (claim.get("spec") or {}).get(role)
+    if not ref:
+        return None, "", ""
+    claim_namespace = claim["metadata"]["namespace"]
+    if ref.get("namespace", claim_namespace) != claim_namespace:
+        return (
+            None,
+            CROSS_NAMESPACE,
+            f"spec.{role}.namespace {ref['namespace']!r}: only Secrets in the claim's namespace "
+            f"{claim_namespace!r} may be used",
+        )
+    if source is None:
+        return None, sync_failure(role), f"spec.{role}: Secret {claim_namespace}/{ref['name']} not found"
+    data = source.get("data") or {}
+    value = data.get(role, data.get("value"))
+    if value is None:
+        return (
+            None,
+            sync_failure(role),
+            f"spec.{role}: Secret {claim_namespace}/{ref['name']} has no {role} or value key",
+        )
+    return {role: value}, "", ""
+
+
+def wanted_source(claim: dict, role: str) -> str | None:
+    """Name of the tenant Secret to read for `role`, only when it lies in the claim's namespace."""
+    ref = (claim.get("spec") or {}).get(role)
+    if not ref or ref.get("namespace", claim["metadata"]["namespace"]) != claim["metadata"]["namespace"]:
+        return None
+    return ref["name"]
+
+
+def copy_object(claim: dict, host: dict, role: str, data: dict) -> dict:
+    host_ns, host_name = binding.key(host)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": copied_secret_name(host_name, role),
+            "namespace": host_ns,
+            "labels": {COPY_OF_LABEL: claim["metadata"]["uid"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": METAL3,
+                    "kind": "BareMetalHost",
+                    "name": host_name,
+                    "uid": host["metadata"]["uid"],
+                }
+            ],
+        },
+        "data": data,
+    }
+
+
+def sync_secrets(kube, wanted: list[dict] | None, timestamp: str, check_mode: bool) -> dict:
+    claims = [
+        c for c in select_claims(kube.list(METAL3, "HostClaim"), wanted) if not c["metadata"].get("deletionTimestamp")
+    ]
+    hosts = kube.list(METAL3, "BareMetalHost") if claims else []
+    results = []
+    for claim in claims:
+        own = [h for h in hosts if binding.consumed_by(h, claim)]
+        if not own or binding.claim_kind(claim) != binding.DEFAULT_CLAIM_KIND:
+            continue
+        try:
+            results.append(_sync(kube, claim, own[0], timestamp, check_mode))
+        except ConflictError as error:
+            namespace, name = binding.key(claim)
+            results.append(
+                {"namespace": namespace, "name": name, "state": "conflict", "message": str(error), "changed": False}
+            )
+    return {"changed": any(r["changed"] for r in results), "claims": results}
+
+
+def _sync(kube, claim: dict, host: dict, timestamp: str, check_mode: bool) -> dict:
+    namespace, name = binding.key(claim)
+    host_ns, host_name = binding.key(host)
+    result = {"namespace": namespace, "name": name, "host": f"{host_ns}/{host_name}", "changed": False, "copies": []}
+    failures: list[tuple[str, str]] = []
+    new_host = copy.deepcopy(host)
+    for role in DATA_ROLES:
+        source_name = wanted_source(claim, role)
+        source = kube.get("v1", "Secret", source_name, namespace) if source_name else None
+        data, reason, message = plan_role(claim, role, source)
+        copy_name = copied_secret_name(host_name, role)
+        existing = kube.get("v1", "Secret", copy_name, host_ns)
+        if reason:
+            failures.append((reason, message))
+            continue  # keep what the host has: a bad edit must not take away a working config
+        if data is None:
+            if existing is not None and (existing["metadata"].get("labels") or {}).get(COPY_OF_LABEL):
+                result["changed"] = True
+                if not check_mode:
+                    kube.delete("v1", "Secret", copy_name, host_ns)
+            if (new_host["spec"].get(role) or {}).get("name") == copy_name:
+                del new_host["spec"][role]
+            continue
+        desired = copy_object(claim, host, role, data)
+        if existing is None:
+            result["changed"] = True
+            if not check_mode:
+                kube.create(desired)
+        elif (
+            existing.get("data") != data
+            or (existing["metadata"].get("labels") or {}).get(COPY_OF_LABEL) != claim["metadata"]["uid"]
+        ):
+            updated = copy.deepcopy(existing)
+            updated["data"] = data
+            updated["metadata"]["labels"] = desired["metadata"]["labels"]
+            updated["metadata"]["ownerReferences"] = desired["metadata"]["ownerReferences"]
+            result["changed"] = True
+            if not check_mode:
+                kube.replace(updated)
+        result["copies"].append(f"{host_ns}/{copy_name}")
+        new_host["spec"][role] = {"name": copy_name, "namespace": host_ns}
+    if new_host["spec"] != host["spec"]:
+        result["changed"] = True
+        if not check_mode:
+            kube.replace(new_host)
+    if failures:
+        reason = failures[0][0]
+        sync = (cond.SYNCHRONIZATION, "False", reason, "; ".join(message for _reason, message in failures))
+    else:
+        sync = (cond.SYNCHRONIZATION, "True", SYNCED, "")
+    previous = cond.find((claim.get("status") or {}).get("conditions"), cond.SYNCHRONIZATION) or {}
+    wrote = write_status(kube, claim, desired_status(claim, {}, [sync], timestamp), timestamp, check_mode)
+    result["changed"] = result["changed"] or wrote
+    if failures and (previous.get("reason"), previous.get("message")) != (sync[2], sync[3]):
+        event(kube, claim, "Warning", sync[2], sync[3], timestamp, check_mode)
+    result["synchronized"] = not failures
+    if failures:
+        result["message"] = sync[3]
+    return result

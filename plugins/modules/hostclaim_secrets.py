@@ -1,0 +1,129 @@
+#!/usr/bin/python
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: hostclaim_secrets
+short_description: Copy bound HostClaims' userData, metaData and networkData Secrets beside their hosts
+version_added: 0.1.0
+description:
+  - For each bound HostClaim (those in O(claims), or all), copies the Secrets named by C(spec.userData),
+    C(spec.metaData) and C(spec.networkData) into the namespace of the claim's BareMetalHost as
+    C(<host>-userdata), C(<host>-metadata) and C(<host>-networkdata). The host owns the copies
+    (the tenant's Secret is never touched), and the host's own C(userData)/C(metaData)/C(networkData)
+    refs point at them.
+  - The copy's data key is the role (C(userData), C(metaData), C(networkData)), taken from the source's
+    key of the same name or, failing that, its C(value) key. Copies follow changes of the source.
+    A copy is deleted when the claim drops its reference.
+  - A reference to a Secret outside the claim's own namespace is refused and never read, with
+    C(Synchronization) False, reason C(CrossNamespaceReference). A missing Secret or key gives
+    C(<Role>SecretSyncFailure). In both cases the host keeps what it had. When all is well,
+    C(Synchronization) is True, reason C(ConfigurationSynced).
+author:
+  - metalclaim maintainers (@metalclaim)
+extends_documentation_fragment:
+  - metalclaim.hostclaim.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would be copied, updated or deleted; writes nothing.
+  diff_mode:
+    support: none
+    description: The per-claim results say what changed.
+  idempotent:
+    support: full
+    description: With sources unchanged, a second run changes nothing.
+options:
+  claims:
+    description:
+      - The claims to consider. Default is every HostClaim the identity can list.
+    type: list
+    elements: dict
+    suboptions:
+      namespace:
+        description: Namespace of the claim.
+        type: str
+        required: true
+      name:
+        description: Name of the claim.
+        type: str
+        required: true
+"""
+
+EXAMPLES = r"""
+- name: Copy the data Secrets of every bound claim
+  metalclaim.hostclaim.hostclaim_secrets:
+
+- name: After a tenant changed a claim's metaData
+  metalclaim.hostclaim.hostclaim_secrets:
+    claims:
+      - namespace: cluster-ns
+        name: my-hostclaim
+"""
+
+RETURN = r"""
+claims:
+  description: One entry per bound claim considered.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    namespace:
+      description: The claim's namespace.
+      type: str
+    name:
+      description: The claim's name.
+      type: str
+    host:
+      description: C(<namespace>/<name>) of its host.
+      type: str
+    copies:
+      description: The copies now beside the host, as C(<namespace>/<name>).
+      type: list
+      elements: str
+    synchronized:
+      description: Whether every reference could be copied.
+      type: bool
+    message:
+      description: What could not be copied, and why.
+      type: str
+      returned: when not synchronized
+    changed:
+      description: Whether anything was written for this claim.
+      type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_secrets import sync_secrets
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._conditions import now
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import (
+    AUTH_ARG_SPEC,
+    KUBERNETES_IMPORT_ERROR,
+    Kube,
+    KubeError,
+)
+
+
+def main():
+    argument_spec = dict(
+        claims=dict(
+            type="list",
+            elements="dict",
+            options=dict(namespace=dict(type="str", required=True), name=dict(type="str", required=True)),
+        ),
+        **AUTH_ARG_SPEC,
+    )
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    if KUBERNETES_IMPORT_ERROR:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+    try:
+        result = sync_secrets(Kube(module.params), module.params["claims"], now(), module.check_mode)
+    except KubeError as error:
+        module.fail_json(msg=str(error))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
