@@ -145,13 +145,25 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {condition['type']:<16} {condition['status']:<8} {condition['reason']:<24} {condition['message']}"
             )
         show(env, TENANT, "get", "events", "-n", tenant_ns, "--field-selector=involvedObject.name=my-hostclaim")
-        step("What the infra team sees: the host's consumer")
+        step("What the infra team sees: the host's consumer and the copied userData Secret beside it")
         show(env, "infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE)
+        host = (status.get("hardwareData") or {}).get("name", "bm-00")
+        show(
+            env,
+            "infra",
+            "get",
+            "secret",
+            f"{host}-userdata",
+            "-n",
+            INFRA_NAMESPACE,
+            "-o",
+            "custom-columns=NAME:.metadata.name,OWNER:.metadata.ownerReferences[0].name",
+        )
 
         step("Not built yet")
         print(
-            "Secret copy (bm-NN-userdata), online/image/reboot sync, the Provisioned and Synchronization\n"
-            "conditions, and provisioning over Redfish do not exist yet."
+            "online/image/reboot sync, the hardware summary, the Provisioned condition and provisioning\n"
+            "over Redfish do not exist yet: the host stays `available` and the claim is not provisioned."
         )
         print(
             f"\nThe environment keeps running: kubeconfigs are in {env.directory / 'kubeconfig'}.\n"
