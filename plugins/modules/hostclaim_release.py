@@ -92,34 +92,12 @@ pending:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_release import release_claims
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._conditions import now
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import (
-    AUTH_ARG_SPEC,
-    KUBERNETES_IMPORT_ERROR,
-    Kube,
-    KubeError,
-)
 
 
 def main():
-    argument_spec = dict(
-        claims=dict(
-            type="list",
-            elements="dict",
-            options=dict(namespace=dict(type="str", required=True), name=dict(type="str", required=True)),
-        ),
-        **AUTH_ARG_SPEC,
-    )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    if KUBERNETES_IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
-    try:
-        result = release_claims(Kube(module.params), module.params["claims"], now(), module.check_mode)
-    except KubeError as error:
-        module.fail_json(msg=str(error))
-    module.exit_json(**result)
+    run_claim_step(release_claims)
 
 
 if __name__ == "__main__":

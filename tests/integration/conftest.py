@@ -15,6 +15,7 @@ from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
 from metalclaim.devenv.env import Devenv
+from tests.claimlayer import Rack
 
 FLEET_SIZE = int(os.environ.get("METALCLAIM_TEST_HOSTS", "4"))
 
@@ -48,3 +49,11 @@ def clients(devenv):
         identity: DynamicClient(kube_config.new_client_from_config(config_file=devenv.kubeconfig(identity)))
         for identity in devenv.state["kubeconfigs"]
     }
+
+
+@pytest.fixture
+def rack(clients) -> Rack:
+    """A fresh infrastructure namespace for one claim-layer test, removed afterwards."""
+    rack = Rack(clients)
+    yield rack
+    rack.cleanup()

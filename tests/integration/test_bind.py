@@ -13,16 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from metalclaim.runner import run
-from tests.claimlayer import METAL3, TENANT_A, TENANT_B, Rack, condition, step
+from tests.claimlayer import METAL3, TENANT_A, TENANT_B, condition, step
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def rack(clients):
-    rack = Rack(clients)
-    yield rack
-    rack.cleanup()
 
 
 def bind(devenv, tmp_path, rack, check_mode: bool = False) -> dict:

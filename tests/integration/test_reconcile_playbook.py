@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.claimlayer import TENANT_A, Rack, condition
+from tests.claimlayer import TENANT_A, condition
 from tests.support import REPO_ROOT, run_playbook
 
 pytestmark = pytest.mark.integration
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "reconcile.yml"
-
-
-@pytest.fixture
-def rack(clients):
-    rack = Rack(clients)
-    yield rack
-    rack.cleanup()
 
 
 def reconcile(devenv, tmp_path, rack, name: str) -> dict:

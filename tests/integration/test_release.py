@@ -5,16 +5,9 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.claimlayer import TENANT_A, TENANT_B, Rack, condition, step
+from tests.claimlayer import TENANT_A, TENANT_B, condition, step
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def rack(clients):
-    rack = Rack(clients)
-    yield rack
-    rack.cleanup()
 
 
 def test_delete_releases_a_cleaned_host_that_another_tenant_then_gets(devenv, clients, rack, tmp_path):

@@ -12,13 +12,6 @@ from tests.claimlayer import TENANT_A, Rack, condition, step
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def rack(clients):
-    rack = Rack(clients)
-    yield rack
-    rack.cleanup()
-
-
 def tenant_secret(rack: Rack, name: str, data: dict, namespace: str = TENANT_A, identity: str = "tenant-a") -> None:
     secrets = rack.api(identity, "Secret", "v1")
     body = {
