@@ -30,6 +30,7 @@ description:
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:
+  - metalclaim.hostclaim.claims
   - metalclaim.hostclaim.k8s_auth
 attributes:
   check_mode:
@@ -41,21 +42,6 @@ attributes:
   idempotent:
     support: full
     description: A second run with nothing new to bind changes nothing.
-options:
-  claims:
-    description:
-      - The claims to reconcile. Default is every HostClaim the identity can list.
-    type: list
-    elements: dict
-    suboptions:
-      namespace:
-        description: Namespace of the claim.
-        type: str
-        required: true
-      name:
-        description: Name of the claim.
-        type: str
-        required: true
 """
 
 EXAMPLES = r"""

@@ -22,6 +22,7 @@ description:
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:
+  - metalclaim.hostclaim.claims
   - metalclaim.hostclaim.k8s_auth
 attributes:
   check_mode:
@@ -33,21 +34,6 @@ attributes:
   idempotent:
     support: full
     description: Each run moves every deleted claim one step further; with none left, nothing changes.
-options:
-  claims:
-    description:
-      - The claims to consider. Default is every HostClaim the identity can list.
-    type: list
-    elements: dict
-    suboptions:
-      namespace:
-        description: Namespace of the claim.
-        type: str
-        required: true
-      name:
-        description: Name of the claim.
-        type: str
-        required: true
 """
 
 EXAMPLES = r"""

@@ -24,6 +24,7 @@ description:
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:
+  - metalclaim.hostclaim.claims
   - metalclaim.hostclaim.k8s_auth
 attributes:
   check_mode:
@@ -35,21 +36,6 @@ attributes:
   idempotent:
     support: full
     description: With sources unchanged, a second run changes nothing.
-options:
-  claims:
-    description:
-      - The claims to consider. Default is every HostClaim the identity can list.
-    type: list
-    elements: dict
-    suboptions:
-      namespace:
-        description: Namespace of the claim.
-        type: str
-        required: true
-      name:
-        description: Name of the claim.
-        type: str
-        required: true
 """
 
 EXAMPLES = r"""
