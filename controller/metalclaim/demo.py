@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
 
         step("Not built yet")
         print(
-            "online/image/reboot sync, the hardware summary, the Provisioned condition and provisioning\n"
-            "over Redfish do not exist yet: the host stays `available` and the claim is not provisioned."
+            "Provisioning over Redfish does not exist yet: nothing moves the host past `available`, so the\n"
+            "claim reports Provisioned False (reason: available), as the user guide shows right after association."
         )
         print(
             f"\nThe environment keeps running: kubeconfigs are in {env.directory / 'kubeconfig'}.\n"

@@ -35,6 +35,37 @@ def select_claims(claims: list[dict], wanted: list[dict] | None) -> list[dict]:
     return sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp") or "", binding.key(c)))
 
 
+def bound_claims(kube, wanted: list[dict] | None) -> list[tuple[dict, dict]]:
+    """(claim, its host) for each live claim of ours that a host's consumerRef names: one list call per kind."""
+    claims = select_claims(kube.list(METAL3, "HostClaim"), wanted)
+    claims = [
+        c
+        for c in claims
+        if not c["metadata"].get("deletionTimestamp") and binding.claim_kind(c) == binding.DEFAULT_CLAIM_KIND
+    ]
+    hosts = kube.list(METAL3, "BareMetalHost") if claims else []
+    pairs = []
+    for claim in claims:
+        own = sorted((h for h in hosts if binding.consumed_by(h, claim)), key=binding.key)
+        if own:
+            pairs.append((claim, own[0]))
+    return pairs
+
+
+def step_each(pairs: list[tuple[dict, dict]], step) -> dict:
+    """Run step(claim, host) -> result for each pair; a conflict on one claim does not stop the others."""
+    results = []
+    for claim, host in pairs:
+        try:
+            results.append(step(claim, host))
+        except ConflictError as error:
+            namespace, name = binding.key(claim)
+            results.append(
+                {"namespace": namespace, "name": name, "state": "conflict", "message": str(error), "changed": False}
+            )
+    return {"changed": any(r["changed"] for r in results), "claims": results}
+
+
 def bind_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: bool) -> dict:
     claims = select_claims(kube.list(METAL3, "HostClaim"), wanted)
     hosts = kube.list(METAL3, "BareMetalHost")

@@ -14,14 +14,15 @@ import copy
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _conditions as cond
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import select_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import bound_claims, step_each
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_release import DATA_ROLES, copied_secret_name
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import (
     desired_status,
     event,
     write_status,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3, ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_sync import IMAGE_CHANGE_REJECTED, image_plan
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3
 
 COPY_OF_LABEL = "metalclaim.io/copy-of-claim"
 SYNCED = "ConfigurationSynced"
@@ -93,23 +94,7 @@ def copy_object(claim: dict, host: dict, role: str, data: dict) -> dict:
 
 
 def sync_secrets(kube, wanted: list[dict] | None, timestamp: str, check_mode: bool) -> dict:
-    claims = [
-        c for c in select_claims(kube.list(METAL3, "HostClaim"), wanted) if not c["metadata"].get("deletionTimestamp")
-    ]
-    hosts = kube.list(METAL3, "BareMetalHost") if claims else []
-    results = []
-    for claim in claims:
-        own = [h for h in hosts if binding.consumed_by(h, claim)]
-        if not own or binding.claim_kind(claim) != binding.DEFAULT_CLAIM_KIND:
-            continue
-        try:
-            results.append(_sync(kube, claim, own[0], timestamp, check_mode))
-        except ConflictError as error:
-            namespace, name = binding.key(claim)
-            results.append(
-                {"namespace": namespace, "name": name, "state": "conflict", "message": str(error), "changed": False}
-            )
-    return {"changed": any(r["changed"] for r in results), "claims": results}
+    return step_each(bound_claims(kube, wanted), lambda claim, host: _sync(kube, claim, host, timestamp, check_mode))
 
 
 def _sync(kube, claim: dict, host: dict, timestamp: str, check_mode: bool) -> dict:
@@ -153,6 +138,10 @@ def _sync(kube, claim: dict, host: dict, timestamp: str, check_mode: bool) -> di
                 kube.replace(updated)
         result["copies"].append(f"{host_ns}/{copy_name}")
         new_host["spec"][role] = {"name": copy_name, "namespace": host_ns}
+    # Synchronization also covers the claim's spec: an image change the host cannot take now.
+    _image, problem = image_plan(claim, host)
+    if problem:
+        failures.append((IMAGE_CHANGE_REJECTED, problem))
     if new_host["spec"] != host["spec"]:
         result["changed"] = True
         if not check_mode:

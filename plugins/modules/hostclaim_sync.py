@@ -1,0 +1,83 @@
+#!/usr/bin/python
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: hostclaim_sync
+short_description: Apply bound HostClaims' online, image and reboot requests to their hosts, and report back
+version_added: 0.1.0
+description:
+  - "Claim to host: C(spec.online) (alias C(poweredOn)) becomes the host's C(online). C(spec.image) is set
+    on a host that has none, and removing it deprovisions the host while the claim stays bound. A new
+    image URL for a host that is provisioning or provisioned is not applied: remove the image, wait
+    for C(Provisioned: available), then set the new one (M(metalclaim.hostclaim.hostclaim_secrets)
+    reports this in C(Synchronization))."
+  - "Reboots: C(reboot.metal3.io) on the claim is put on the host, then dropped from the claim. Keyed
+    C(reboot.metal3.io/<key>) annotations are mirrored, and removed from the host when the claim drops
+    them (only those this module set)."
+  - "Host to claim: C(status.poweredOn), C(hostUID), C(lastUpdated), a non-secret C(hardware) summary
+    (NIC names, MACs and IPs; CPU architecture, count and model; RAM; disk names and sizes) and the
+    C(Provisioned) condition, whose reason is the host's provisioning state as in the user guide.
+    Nothing about the host's BMC ever reaches the claim."
+author:
+  - metalclaim maintainers (@metalclaim)
+extends_documentation_fragment:
+  - metalclaim.hostclaim.claims
+  - metalclaim.hostclaim.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    description: Reports what would change; writes nothing.
+  diff_mode:
+    support: none
+    description: The per-claim results say what changed.
+  idempotent:
+    support: full
+    description: With nothing new on either side, a second run changes nothing.
+"""
+
+EXAMPLES = r"""
+- name: Sync every bound claim with its host
+  metalclaim.hostclaim.hostclaim_sync:
+"""
+
+RETURN = r"""
+claims:
+  description: One entry per bound claim considered.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    namespace:
+      description: The claim's namespace.
+      type: str
+    name:
+      description: The claim's name.
+      type: str
+    host:
+      description: C(<namespace>/<name>) of its host.
+      type: str
+    provisioned:
+      description: The host's provisioning state (the reason of the C(Provisioned) condition).
+      type: str
+    message:
+      description: Why part of the claim's spec was not applied.
+      type: str
+      returned: when something was refused
+    changed:
+      description: Whether anything was written for this claim.
+      type: bool
+"""
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_sync import sync_claims
+
+
+def main():
+    run_claim_step(sync_claims)
+
+
+if __name__ == "__main__":
+    main()
