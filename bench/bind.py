@@ -1,4 +1,4 @@
-"""Benchmark: hostclaim_bind through ansible-runner, as the controller would run it.
+"""Benchmark: hostclaim_bind, and the whole reconcile.yml, through ansible-runner as the controller runs them.
 
     .venv/bin/python bench/bind.py [--devenv DIR] [--claims 1,100,1000] [--race 200x50x4]
 
@@ -90,6 +90,22 @@ def teardown(admin, rack: str, tenant: str) -> None:
         api(admin, "Namespace", "v1").delete(name=name)
 
 
+def reconcile_run(kubeconfig: str, tenant: str, claims: int) -> tuple[float, dict]:
+    """The full reconcile playbook (release, bind, secrets, sync) for the claims; returns (seconds, summary)."""
+    wanted = [{"namespace": tenant, "name": f"c{index:04d}"} for index in range(claims)]
+    with tempfile.TemporaryDirectory() as private:
+        started = time.perf_counter()
+        result = run(
+            Path(private),
+            kubeconfig,
+            playbook=str(REPO / "playbooks" / "reconcile.yml"),
+            extravars={"hostclaim_reconcile_claims": wanted},
+        )
+        elapsed = time.perf_counter() - started
+    summary = next((t for t in result.tasks if t["task"] == "Summarize"), {"msg": result.status})
+    return elapsed, summary
+
+
 def bind_run(kubeconfig: str, tenant: str, claims: int) -> tuple[float, dict]:
     wanted = [{"namespace": tenant, "name": f"c{index:04d}"} for index in range(claims)]
     with tempfile.TemporaryDirectory() as private:
@@ -135,6 +151,15 @@ def main() -> int:
                     f"{result.get('bound', '?'):>6}  (rerun changed={again.get('changed')})",
                     flush=True,
                 )
+            finally:
+                teardown(admin, rack, tenant)
+        print(f"\n{'claims':>7} {'reconcile.yml first s':>22} {'rerun s':>8}  summary")
+        for size in [int(n) for n in args.claims.split(",")]:
+            rack, tenant = setup(admin, size, size)
+            try:
+                first, summary = reconcile_run(controller, tenant, size)
+                rerun, _summary = reconcile_run(controller, tenant, size)
+                print(f"{size:>7} {first:>22.2f} {rerun:>8.2f}  {summary.get('msg')}", flush=True)
             finally:
                 teardown(admin, rack, tenant)
         claims, hosts, runs = (int(n) for n in args.race.split("x"))
