@@ -1,0 +1,259 @@
+"""playbooks/register_hosts.yml and playbooks/policy.yml as an infrastructure team, on the real API server."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from metalclaim.runner import run
+from tests.support import REPO_ROOT, run_playbook, run_tasks
+
+pytestmark = pytest.mark.integration
+
+REGISTER = REPO_ROOT / "playbooks" / "register_hosts.yml"
+POLICY = REPO_ROOT / "playbooks" / "policy.yml"
+INFRA = "infrahost"
+TENANT_A = "cluster-ns"
+METAL3 = "metal3.io/v1alpha1"
+# Unique, so that finding it anywhere in Ansible's output can only mean a leak.
+PASSWORD = f"bmc-pw-{uuid.uuid4().hex}"
+
+
+def api(clients, kind: str, api_version: str = METAL3, identity: str = "admin"):
+    return clients[identity].resources.get(api_version=api_version, kind=kind)
+
+
+def get(clients, kind: str, name: str, api_version: str = METAL3) -> dict | None:
+    try:
+        return api(clients, kind, api_version).get(name=name, namespace=INFRA).to_dict()
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def delete(clients, kind: str, name: str, api_version: str = METAL3) -> None:
+    try:
+        api(clients, kind, api_version).delete(name=name, namespace=INFRA)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+def managers(obj: dict) -> list[tuple[str, str]]:
+    return [(m["manager"], m["operation"]) for m in obj["metadata"]["managedFields"]]
+
+
+@pytest.fixture
+def host_names(clients):
+    """Two fresh host names (the hosts bm-NN stay untouched); their hosts and Secrets are removed afterwards."""
+    prefix = f"rack7-{uuid.uuid4().hex[:6]}"
+    names = [f"{prefix}-01", f"{prefix}-02"]
+    yield names
+    for name in names:
+        delete(clients, "BareMetalHost", name)
+        delete(clients, "Secret", f"{name}-bmc-secret", "v1")
+
+
+@pytest.fixture
+def policy_names(clients):
+    names = [f"tenants-{uuid.uuid4().hex[:6]}", f"teams-{uuid.uuid4().hex[:6]}"]
+    yield names
+    for name in names:
+        delete(clients, "HostDeployPolicy", name)
+
+
+def inventory(names: list[str]) -> dict:
+    """The brief's inventory: one host with every field, one with only the required ones."""
+    first, second = names
+    return {
+        "hostclaim_hosts_namespace": INFRA,
+        "hostclaim_hosts": [
+            {
+                "name": first,
+                "bmc": {
+                    "address": "redfish+http://127.0.0.1:8000/redfish/v1/Systems/7a01",
+                    "username": "admin",
+                    "password": PASSWORD,
+                    "disableCertificateVerification": False,
+                },
+                "bootMACAddress": "52:54:00:07:00:01",
+                "bootMode": "UEFI",
+                "labels": {"infra-kind": "medium"},
+                "online": False,
+            },
+            {
+                "name": second,
+                "bmc": {
+                    "address": "redfish+http://127.0.0.1:8000/redfish/v1/Systems/7a02",
+                    "username": "admin",
+                    "password": PASSWORD,
+                },
+                "labels": {"infra-kind": "large"},
+            },
+        ],
+    }
+
+
+def assert_no_password(private_data_dir: Path, stdout: str) -> None:
+    """Neither the runner's stdout nor any event it recorded (full task results) holds the password."""
+    encoded = base64.b64encode(PASSWORD.encode()).decode()
+    assert PASSWORD not in stdout and encoded not in stdout
+    # artifacts/ holds every callback event; env/extravars (our own input) is the only place it may be.
+    assert PASSWORD in (private_data_dir / "env" / "extravars").read_text()  # the search below can find it
+    events = list((private_data_dir / "artifacts").rglob("job_events/*.json"))
+    assert events
+    for path in [*events, *(private_data_dir / "artifacts").rglob("stdout")]:
+        text = path.read_text(errors="replace")
+        assert PASSWORD not in text and encoded not in text, path
+
+
+def test_register_hosts_creates_hosts_and_secrets_idempotently(devenv, clients, host_names, tmp_path):
+    kubeconfig = devenv.kubeconfig("infra")
+    first = run(tmp_path / "first", kubeconfig, playbook=str(REGISTER), extravars=inventory(host_names))
+    assert first.status == "successful", first.stdout
+    assert_no_password(tmp_path / "first", first.stdout)
+
+    full, minimal = host_names
+    host = get(clients, "BareMetalHost", full)
+    assert host["metadata"]["labels"] == {"infra-kind": "medium"}
+    assert host["spec"]["bmc"] == {
+        "address": "redfish+http://127.0.0.1:8000/redfish/v1/Systems/7a01",
+        "credentialsName": f"{full}-bmc-secret",
+        "disableCertificateVerification": False,
+    }
+    assert host["spec"]["bootMACAddress"] == "52:54:00:07:00:01"
+    assert host["spec"]["bootMode"] == "UEFI"
+    assert host["spec"]["online"] is False
+    assert managers(host) == [("metalclaim-hosts", "Apply")]  # server-side apply, not create/patch
+    other = get(clients, "BareMetalHost", minimal)
+    assert other["metadata"]["labels"] == {"infra-kind": "large"}
+    assert other["spec"]["bmc"]["credentialsName"] == f"{minimal}-bmc-secret"
+    assert "bootMACAddress" not in other["spec"] and "disableCertificateVerification" not in other["spec"]["bmc"]
+
+    for name in host_names:
+        secret = get(clients, "Secret", f"{name}-bmc-secret", "v1")
+        assert secret["type"] == "Opaque"
+        assert {key: base64.b64decode(value).decode() for key, value in secret["data"].items()} == {
+            "username": "admin",
+            "password": PASSWORD,
+        }
+        assert managers(secret) == [("metalclaim-hosts", "Apply")]
+
+    second = run(tmp_path / "second", kubeconfig, playbook=str(REGISTER), extravars=inventory(host_names))
+    assert second.status == "successful", second.stdout
+    assert [t["task"] for t in second.tasks if t.get("changed")] == []
+    assert_no_password(tmp_path / "second", second.stdout)
+
+
+def test_state_absent_removes_host_and_secret(devenv, clients, host_names, tmp_path):
+    kubeconfig = devenv.kubeconfig("infra")
+    hosts = inventory(host_names)
+    results = run_playbook(tmp_path / "register", REGISTER, kubeconfig, hosts)
+    assert not any(r["failed"] for r in results)
+    removed, kept = host_names
+    hosts["hostclaim_hosts"][0] = {"name": removed, "state": "absent"}  # no bmc needed to remove a host
+    results = run_playbook(tmp_path / "remove", REGISTER, kubeconfig, hosts)
+    assert not any(r["failed"] for r in results), results
+    assert get(clients, "BareMetalHost", removed) is None
+    assert get(clients, "Secret", f"{removed}-bmc-secret", "v1") is None
+    assert get(clients, "BareMetalHost", kept) is not None
+    assert get(clients, "Secret", f"{kept}-bmc-secret", "v1") is not None
+
+
+def test_missing_bmc_address_fails_naming_the_field(devenv, clients, host_names, tmp_path):
+    hosts = inventory(host_names)
+    del hosts["hostclaim_hosts"][1]["bmc"]["address"]
+    result = run(tmp_path, devenv.kubeconfig("infra"), playbook=str(REGISTER), extravars=hosts)
+    assert result.status == "failed"
+    failed = result.tasks[-1]
+    assert failed["failed"] is True
+    assert "missing required arguments: address found in hostclaim_hosts -> bmc" in failed["msg"]
+    assert_no_password(tmp_path, result.stdout)
+    # Validation comes first: nothing was written, not even the valid host.
+    assert all(get(clients, "BareMetalHost", name) is None for name in host_names)
+    assert all(get(clients, "Secret", f"{name}-bmc-secret", "v1") is None for name in host_names)
+
+
+def test_tenants_cannot_register_hosts(devenv, clients, host_names, tmp_path):
+    result = run(tmp_path, devenv.kubeconfig("tenant-a"), playbook=str(REGISTER), extravars=inventory(host_names))
+    assert result.status == "failed"
+    failed = result.tasks[-1]
+    assert failed["failed"] is True
+    assert "forbidden" in failed["msg"].lower() and "403" in failed["msg"]
+    assert_no_password(tmp_path, result.stdout)
+    assert all(get(clients, "BareMetalHost", name) is None for name in host_names)
+
+
+def test_policy_playbook_creates_a_policy_that_admits_the_tenant(devenv, clients, policy_names, tmp_path):
+    name = policy_names[0]
+    rule = {
+        "names": [TENANT_A],
+        "nameMatches": "cluster-.*",
+        "hasLabels": [{"name": "metalclaim.io/role", "value": "tenant"}],
+    }
+    policies = {
+        "hostclaim_policies": [
+            {
+                "name": name,
+                "namespace": INFRA,
+                "hostclaimNamespaces": rule,
+                "metadataCopy": {"labels": ["infra-kind"], "annotations": []},
+            }
+        ]
+    }
+    kubeconfig = devenv.kubeconfig("infra")
+    results = run_playbook(tmp_path / "first", POLICY, kubeconfig, policies)
+    assert not any(r["failed"] for r in results), results
+    policy = get(clients, "HostDeployPolicy", name)
+    assert policy["spec"] == {
+        "hostclaimNamespaces": rule,
+        "metadataCopy": {"labels": ["infra-kind"], "annotations": []},
+    }
+    second = run_playbook(tmp_path / "second", POLICY, kubeconfig, policies)
+    assert [r["task"] for r in second if r.get("changed")] == []
+
+    check = {"namespace": TENANT_A, "infra_namespaces": [INFRA]}
+    a, b = run_tasks(
+        tmp_path / "check",
+        [
+            {"metalclaim.hostclaim.hostdeploypolicy_check": check},
+            {"metalclaim.hostclaim.hostdeploypolicy_check": {**check, "namespace": "tenant-b"}},
+        ],
+        devenv.kubeconfig("controller"),
+    )
+    decision = {d["policy"]: d for d in a["decisions"]}[f"{INFRA}/{name}"]
+    assert (decision["admitted"], decision["reason"]) == (True, "Admitted")
+    assert INFRA in a["authorized_namespaces"]
+    assert {d["policy"]: d["reason"] for d in b["decisions"]}[f"{INFRA}/{name}"] == "NameNotListed"
+
+    policies["hostclaim_policies"][0] = {"name": name, "namespace": INFRA, "state": "absent"}
+    results = run_playbook(tmp_path / "remove", POLICY, kubeconfig, policies)
+    assert not any(r["failed"] for r in results), results
+    assert get(clients, "HostDeployPolicy", name) is None
+
+
+def test_invalid_name_matches_fails_before_anything_is_written(devenv, clients, policy_names, tmp_path):
+    valid, invalid = policy_names
+    policies = {
+        "hostclaim_policies": [
+            {"name": valid, "namespace": INFRA, "hostclaimNamespaces": {"nameMatches": "team-.*"}},
+            {"name": invalid, "namespace": INFRA, "hostclaimNamespaces": {"nameMatches": "team-(("}},
+        ]
+    }
+    results = run_playbook(tmp_path, POLICY, devenv.kubeconfig("infra"), policies)
+    failed = results[-1]
+    assert failed["failed"] is True
+    bad = [item for item in failed["results"] if item.get("failed")]
+    assert len(bad) == 1
+    # The policy, the field and Python's reason (re.error's wording, with its position).
+    assert bad[0]["msg"].startswith(
+        f'HostDeployPolicy {INFRA}/{invalid}: hostclaimNamespaces.nameMatches "team-((" is not a valid regular '
+        "expression: missing ), unterminated subpattern"
+    )
+    assert get(clients, "HostDeployPolicy", valid) is None
+    assert get(clients, "HostDeployPolicy", invalid) is None
