@@ -52,8 +52,8 @@ def bound_claims(kube, wanted: list[dict] | None) -> list[tuple[dict, dict]]:
     return pairs
 
 
-def step_each(pairs: list[tuple[dict, dict]], step) -> dict:
-    """Run step(claim, host) -> result for each pair; a conflict on one claim does not stop the others."""
+def step_each(pairs: list[tuple[dict, object]], step) -> dict:
+    """Run step(claim, what it needs) -> result for each pair; a conflict on one claim does not stop the others."""
     results = []
     for claim, host in pairs:
         try:

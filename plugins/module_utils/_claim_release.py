@@ -14,9 +14,9 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import select_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import select_claims, step_each
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import event
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3, ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3
 
 DATA_ROLES = ("userData", "metaData", "networkData")
 REBOOT_ANNOTATION = "reboot.metal3.io"
@@ -48,20 +48,12 @@ def release_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: 
         if c["metadata"].get("deletionTimestamp") and binding.FINALIZER in (c["metadata"].get("finalizers") or [])
     ]
     hosts = kube.list(METAL3, "BareMetalHost") if deleting else []
-    results = []
-    for claim in deleting:
-        try:
-            results.append(_release(kube, claim, hosts, timestamp, check_mode))
-        except ConflictError as error:
-            namespace, name = binding.key(claim)
-            results.append(
-                {"namespace": namespace, "name": name, "state": "conflict", "message": str(error), "changed": False}
-            )
-    return {
-        "changed": any(r["changed"] for r in results),
-        "claims": results,
-        "pending": sum(1 for r in results if r["state"] == "waiting"),
-    }
+    outcome = step_each(
+        [(claim, hosts) for claim in deleting],
+        lambda claim, all_hosts: _release(kube, claim, all_hosts, timestamp, check_mode),
+    )
+    outcome["pending"] = sum(1 for r in outcome["claims"] if r["state"] == "waiting")
+    return outcome
 
 
 def _release(kube, claim: dict, hosts: list[dict], timestamp: str, check_mode: bool) -> dict:
