@@ -46,8 +46,7 @@ class Server:
 
     def stop(self) -> str:
         self.process.send_signal(signal.SIGTERM)
-        _, stderr = self.process.communicate(timeout=10)
-        return stderr
+        return self.process.communicate(timeout=10)[1]
 
 
 @pytest.fixture
@@ -60,12 +59,12 @@ def server(tmp_path):
 
 @pytest.fixture
 def published(server):
-    token, _ = media.publish(server.directory, "config-drive.iso", ISO)
+    token = media.publish(server.directory, "config-drive.iso", ISO)[0]
     return token, f"/media/{token}/config-drive.iso"
 
 
 def test_published_media_are_served_with_ranges(server, published):
-    _, path = published
+    path = published[1]
     status, headers, body = server.request("GET", path)
     assert (status, body) == (200, ISO)
     assert headers["Content-Length"] == str(len(ISO)) and headers["Accept-Ranges"] == "bytes"
@@ -75,7 +74,7 @@ def test_published_media_are_served_with_ranges(server, published):
     assert (status, body, headers["Content-Range"]) == (206, ISO[100:200], f"bytes 100-199/{len(ISO)}")
     status, headers, body = server.request("GET", path, headers={"Range": "bytes=-16"})
     assert (status, body) == (206, ISO[-16:])
-    status, headers, _ = server.request("GET", path, headers={"Range": f"bytes={len(ISO)}-"})
+    status, headers, _body = server.request("GET", path, headers={"Range": f"bytes={len(ISO)}-"})
     assert status == 416 and headers["Content-Range"] == f"bytes */{len(ISO)}"
 
 
@@ -107,7 +106,7 @@ def test_nothing_else_is_served(server, published, tmp_path):
         f"/callbacks/{token}.json",
     ]
     for probe in probes:
-        status, _, body = server.request("GET", probe)
+        status, _headers, body = server.request("GET", probe)
         assert status == 404, probe
         assert b"secret" not in body and ISO[:64] not in body
     assert server.request("GET", path + "?x=1")[0] == 200  # a query string changes nothing
@@ -116,7 +115,7 @@ def test_nothing_else_is_served(server, published, tmp_path):
 
 
 def test_callback_is_taken_once_for_a_live_token(server, published):
-    token, _ = published
+    token = published[0]
     callback = f"/callback/{token}"
     report = json.dumps({"status": "success", "message": "qcow2 image written"}).encode()
     headers = {"Content-Type": "application/json"}
