@@ -237,6 +237,17 @@ def test_a_checksum_mismatch_is_refused_before_the_disk_is_touched(tmp_path, ima
     assert report["message"].startswith("sha256 checksum mismatch: the image has ")
 
 
+def test_a_missing_image_is_reported(tmp_path, image_server, media_server):
+    image = {"url": f"{image_server[1]}/gone.qcow2", "format": "qcow2", "checksum": "ab" * 32, "checksumType": "sha256"}
+    token, iso_path = config_drive(tmp_path, media_server, "deploy", image)
+    disk = sparse_disk(tmp_path / "disk.img")
+    result = run_writer(iso_path, disk, tmp_path)
+    assert result.returncode == 1
+    assert disk.read_bytes() == bytes(DISK_SIZE)
+    report = media.callback_result(media_server[0], token)
+    assert report["status"] == "failure" and report["message"].endswith("gone.qcow2 failed: HTTP 404")
+
+
 def test_an_image_without_partition_table_is_reported(tmp_path, image_server, media_server):
     images, images_url = image_server
     (images / "bare.raw").write_bytes(bytes(2 * MIB))

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import io
 import json
 import shutil
 import subprocess
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _configdrive as configdrive
+
+from metalclaim import REPO_ROOT
 
 TOKEN = "A" * 43
 DEPLOY = {
@@ -83,3 +88,56 @@ def test_blkid_sees_the_label_cloud_init_looks_for(tmp_path):
     probe = subprocess.run(["blkid", "-p", "-o", "export", str(path)], capture_output=True, text=True, check=True)
     assert "LABEL=cidata" in probe.stdout.splitlines()
     assert "TYPE=iso9660" in probe.stdout.splitlines()
+
+
+def _image_writer():
+    """The image writer script as a module (it has no .py suffix: it is installed as a command)."""
+    path = REPO_ROOT / "files" / "metalclaim-image-writer"
+    loader = importlib.machinery.SourceFileLoader("metalclaim_image_writer", str(path))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_the_writers_stdlib_reader_sees_what_pycdlib_wrote():
+    writer = _image_writer()
+    iso = configdrive.build_config_drive(
+        user_data=b"#cloud-config\n", meta_data=None, network_data=b"version: 2\n", deploy=DEPLOY
+    )
+    handle = io.BytesIO(iso)
+    assert writer.read_iso(handle) == configdrive.read_config_drive(iso)
+    assert writer.iso_volume(handle) == iso
+    with pytest.raises(writer.WriterError, match="not an ISO9660 image"):
+        writer.read_iso(io.BytesIO(bytes(64 * 2048)))
+
+
+SHA = "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"{SHA}\n", SHA),
+        (f"{SHA}  other-name.qcow2\n", SHA),  # a single digest applies whatever name it gives
+        (f"{'cd' * 32}  other.qcow2\n{SHA} *node.qcow2\n", SHA),
+        (f"# comment\n\n{'cd' * 32}  other.qcow2\n{SHA}  images/node.qcow2\n", SHA),
+        (f"SHA256 (other.qcow2) = {'cd' * 32}\nSHA256 (node.qcow2) = {SHA}\n", SHA),
+    ],
+)
+def test_checksum_files(text, expected):
+    assert _image_writer().parse_checksum_file(text, "node.qcow2") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "complaint"),
+    [
+        (f"{'cd' * 32}  a.qcow2\n{SHA}  b.qcow2\n", "0 entries"),
+        (f"{'cd' * 32}  node.qcow2\n{SHA}  node.qcow2\n", "2 entries"),
+        ("<html>not found</html>\n", "not a checksum"),
+    ],
+)
+def test_unusable_checksum_files(text, complaint):
+    writer = _image_writer()
+    with pytest.raises(writer.WriterError, match=complaint):
+        writer.parse_checksum_file(text, "node.qcow2")
