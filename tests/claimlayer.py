@@ -28,18 +28,22 @@ class Rack:
     def api(self, identity: str, kind: str, api_version: str = METAL3):
         return self.clients[identity].resources.get(api_version=api_version, kind=kind)
 
-    def policy(self, rule: dict | None = None) -> None:
+    def policy(self, rule: dict | None = None, metadata_copy: dict | None = None, name: str = "policy") -> None:
         spec = {"hostclaimNamespaces": rule if rule is not None else {}}
+        if metadata_copy is not None:
+            spec["metadataCopy"] = metadata_copy
         self.api("admin", "HostDeployPolicy").create(
             body={
                 "apiVersion": METAL3,
                 "kind": "HostDeployPolicy",
-                "metadata": {"name": "policy", "namespace": self.namespace},
+                "metadata": {"name": name, "namespace": self.namespace},
                 "spec": spec,
             }
         )
 
-    def host(self, name: str, state: str = "available", labels: dict | None = None) -> dict:
+    def host(
+        self, name: str, state: str = "available", labels: dict | None = None, annotations: dict | None = None
+    ) -> dict:
         hosts = self.api("admin", "BareMetalHost")
         hosts.create(
             body={
@@ -49,6 +53,7 @@ class Rack:
                     "name": name,
                     "namespace": self.namespace,
                     "labels": {"infra-kind": self.kind, **(labels or {})},
+                    "annotations": annotations or {},
                 },
                 "spec": {
                     "online": False,
@@ -75,14 +80,16 @@ class Rack:
             content_type="application/merge-patch+json",
         )
 
-    def claim(self, name: str, namespace: str = TENANT_A, identity: str = "tenant-a", **spec) -> None:
+    def claim(
+        self, name: str, namespace: str = TENANT_A, identity: str = "tenant-a", labels: dict | None = None, **spec
+    ) -> None:
         spec.setdefault("hostSelector", {"matchLabels": {"infra-kind": self.kind}})
         spec.setdefault("online", False)
         self.api(identity, "HostClaim").create(
             body={
                 "apiVersion": METAL3,
                 "kind": "HostClaim",
-                "metadata": {"name": name, "namespace": namespace},
+                "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
                 "spec": spec,
             }
         )

@@ -52,6 +52,11 @@ def bound_claims(kube, wanted: list[dict] | None) -> list[tuple[dict, dict]]:
     return pairs
 
 
+def namespace_labels(kube) -> dict:
+    """namespace name -> its labels (what hasLabels in a policy is checked against), in one list call."""
+    return {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")}
+
+
 def step_each(pairs: list[tuple[dict, object]], step) -> dict:
     """Run step(claim, what it needs) -> result for each pair; a conflict on one claim does not stop the others."""
     results = []
@@ -70,14 +75,12 @@ def bind_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: boo
     claims = select_claims(kube.list(METAL3, "HostClaim"), wanted)
     hosts = kube.list(METAL3, "BareMetalHost")
     policies = kube.list(METAL3, "HostDeployPolicy")
-    namespace_labels = {
-        ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")
-    }
+    labels_of = namespace_labels(kube)
     hosts_by_key = {binding.key(h): h for h in hosts}
     results = []
     for claim in claims:
         namespace = claim["metadata"]["namespace"]
-        authorized, _decisions = evaluate_policies(policies, namespace, namespace_labels.get(namespace, {}))
+        authorized, _decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
         plan = binding.plan(claim, hosts, authorized)
         results.append(_commit(kube, plan, hosts_by_key, timestamp, check_mode))
     return {

@@ -10,6 +10,8 @@ owned by the host (never the tenant's Secret), and followed by the host's refs.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
@@ -22,11 +24,21 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status
     write_status,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_sync import IMAGE_CHANGE_REJECTED, image_plan
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3, AlreadyExistsError
 
 COPY_OF_LABEL = "metalclaim.io/copy-of-claim"
 SYNCED = "ConfigurationSynced"
 CROSS_NAMESPACE = "CrossNamespaceReference"
+
+# Largest decoded value copied per role, in bytes. userData carries cloud-init or Ignition
+# (kubeadm bootstrap data with embedded certificates runs to a few hundred KiB); metaData
+# and networkData are small maps (OpenStack, whose config-drive layout Metal3 follows, caps
+# user data at 64 KiB). Every limit stays well under a Secret's 1 MiB, so one tenant cannot
+# fill the infra namespace (or the host's config drive) through a claim.
+SIZE_LIMITS = {"userData": 512 * 1024, "metaData": 64 * 1024, "networkData": 64 * 1024}
+# Only plain data Secrets are copied. Any other type (service-account-token, dockerconfigjson,
+# tls, basic-auth, ...) holds credentials a tenant must not ship to an infra namespace by accident.
+COPYABLE_TYPES = ("", "Opaque")
 
 
 def sync_failure(role: str) -> str:
@@ -49,17 +61,41 @@ def plan_role(claim: dict, role: str, source: dict | None) -> tuple[dict | None,
             f"spec.{role}.namespace {ref['namespace']!r}: only Secrets in the claim's namespace "
             f"{claim_namespace!r} may be used",
         )
+    where = f"spec.{role}: Secret {claim_namespace}/{ref['name']}"
     if source is None:
-        return None, sync_failure(role), f"spec.{role}: Secret {claim_namespace}/{ref['name']} not found"
-    data = source.get("data") or {}
-    value = data.get(role, data.get("value"))
-    if value is None:
+        return None, sync_failure(role), f"{where} not found"
+    secret_type = source.get("type") or ""
+    if secret_type not in COPYABLE_TYPES:
         return (
             None,
             sync_failure(role),
-            f"spec.{role}: Secret {claim_namespace}/{ref['name']} has no {role} or value key",
+            f"{where} is of type {secret_type}; only Opaque Secrets are copied beside a host",
+        )
+    data = source.get("data") or {}
+    data_key = role if role in data else "value"
+    value = data.get(data_key)
+    if value is None:
+        return None, sync_failure(role), f"{where} has no {role} or value key"
+    size = decoded_size(value)
+    if size is None:
+        return None, sync_failure(role), f"{where}: key {data_key} is not valid base64"
+    if size == 0:
+        return None, sync_failure(role), f"{where}: key {data_key} is empty"
+    if size > SIZE_LIMITS[role]:
+        return (
+            None,
+            sync_failure(role),
+            f"{where}: key {data_key} holds {size} bytes, more than the {SIZE_LIMITS[role]} allowed for {role}",
         )
     return {role: value}, "", ""
+
+
+def decoded_size(value) -> int | None:
+    """Bytes a Secret's base64 data value decodes to; None when it is not base64."""
+    try:
+        return len(base64.b64decode(value, validate=True))
+    except (binascii.Error, TypeError, ValueError):
+        return None
 
 
 def wanted_source(claim: dict, role: str) -> str | None:
@@ -94,10 +130,17 @@ def copy_object(claim: dict, host: dict, role: str, data: dict) -> dict:
 
 
 def sync_secrets(kube, wanted: list[dict] | None, timestamp: str, check_mode: bool) -> dict:
-    return step_each(bound_claims(kube, wanted), lambda claim, host: _sync(kube, claim, host, timestamp, check_mode))
+    pairs = bound_claims(kube, wanted)
+    # Our copies, one list call per infra namespace; tenant Secrets are only ever read by name
+    # (those the claim references, in the claim's own namespace).
+    copies = {}
+    for namespace in sorted({binding.key(host)[0] for _claim, host in pairs}):
+        for secret in kube.list("v1", "Secret", namespace, label_selector=COPY_OF_LABEL):
+            copies[binding.key(secret)] = secret
+    return step_each(pairs, lambda claim, host: _sync(kube, claim, host, copies, timestamp, check_mode))
 
 
-def _sync(kube, claim: dict, host: dict, timestamp: str, check_mode: bool) -> dict:
+def _sync(kube, claim: dict, host: dict, copies: dict, timestamp: str, check_mode: bool) -> dict:
     namespace, name = binding.key(claim)
     host_ns, host_name = binding.key(host)
     result = {"namespace": namespace, "name": name, "host": f"{host_ns}/{host_name}", "changed": False, "copies": []}
@@ -108,7 +151,7 @@ def _sync(kube, claim: dict, host: dict, timestamp: str, check_mode: bool) -> di
         source = kube.get("v1", "Secret", source_name, namespace) if source_name else None
         data, reason, message = plan_role(claim, role, source)
         copy_name = copied_secret_name(host_name, role)
-        existing = kube.get("v1", "Secret", copy_name, host_ns)
+        existing = copies.get((host_ns, copy_name))
         if reason:
             failures.append((reason, message))
             continue  # keep what the host has: a bad edit must not take away a working config
@@ -123,9 +166,9 @@ def _sync(kube, claim: dict, host: dict, timestamp: str, check_mode: bool) -> di
         desired = copy_object(claim, host, role, data)
         if existing is None:
             result["changed"] = True
-            if not check_mode:
-                kube.create(desired)
-        elif (
+            # A Secret of that name that is not labelled as a copy (say, made by hand) is taken over.
+            existing = None if check_mode else _create_copy(kube, desired)
+        if existing is not None and (
             existing.get("data") != data
             or (existing["metadata"].get("labels") or {}).get(COPY_OF_LABEL) != claim["metadata"]["uid"]
         ):
@@ -160,3 +203,13 @@ def _sync(kube, claim: dict, host: dict, timestamp: str, check_mode: bool) -> di
     if failures:
         result["message"] = sync[3]
     return result
+
+
+def _create_copy(kube, desired: dict) -> dict | None:
+    """Create a copy; None when done, else the Secret of that name not labelled as ours (to take over)."""
+    try:
+        kube.create(desired)
+    except AlreadyExistsError:
+        meta = desired["metadata"]
+        return kube.get("v1", "Secret", meta["name"], meta["namespace"])
+    return None

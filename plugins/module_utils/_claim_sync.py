@@ -12,13 +12,19 @@ import copy
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _conditions as cond
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import bound_claims, step_each
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import (
+    bound_claims,
+    namespace_labels,
+    step_each,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_metadata import copy_rules, metadata_plan
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_release import REBOOT_ANNOTATION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import (
     desired_status,
     event,
     write_status,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3
 
 # Keyed reboot annotations this layer put on a host, so it removes only its own.
 REBOOT_KEYS_ANNOTATION = "metalclaim.io/reboot-keys"
@@ -97,10 +103,18 @@ def provisioned_condition(host: dict) -> tuple[str, str, str, str]:
 
 
 def sync_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: bool) -> dict:
-    return step_each(bound_claims(kube, wanted), lambda claim, host: _sync(kube, claim, host, timestamp, check_mode))
+    pairs = bound_claims(kube, wanted)
+    policies = kube.list(METAL3, "HostDeployPolicy") if pairs else []
+    # Namespace labels matter only to decide which policies' metadataCopy apply.
+    labels = namespace_labels(kube) if any((p.get("spec") or {}).get("metadataCopy") for p in policies) else {}
+    outcome = step_each(pairs, lambda claim, host: _sync(kube, claim, host, policies, labels, timestamp, check_mode))
+    problems = sorted({p for r in outcome["claims"] for p in r.get("metadata_copy_problems", [])})
+    if problems:
+        outcome["warnings"] = problems
+    return outcome
 
 
-def _sync(kube, claim: dict, host: dict, timestamp: str, check_mode: bool) -> dict:
+def _sync(kube, claim: dict, host: dict, policies: list[dict], labels: dict, timestamp: str, check_mode: bool) -> dict:
     namespace, name = binding.key(claim)
     host_ns, host_name = binding.key(host)
     result = {"namespace": namespace, "name": name, "host": f"{host_ns}/{host_name}", "changed": False}
@@ -121,10 +135,25 @@ def _sync(kube, claim: dict, host: dict, timestamp: str, check_mode: bool) -> di
         result["changed"] = True
         if not check_mode:
             host = kube.replace(new_host)
-    if claim_annotations != (claim["metadata"].get("annotations") or {}):
-        result["changed"] = True  # the one-shot reboot reached the host: take it off the claim
+    rules = copy_rules(policies, host_ns, namespace, labels.get(namespace, {}))
+    if rules.problems:
+        result["metadata_copy_problems"] = rules.problems
+    claim_labels, claim_annotations = metadata_plan(
+        claim["metadata"].get("labels") or {},
+        claim_annotations,
+        host["metadata"].get("labels") or {},
+        host["metadata"].get("annotations") or {},
+        rules,
+    )
+    if (claim_labels, claim_annotations) != (
+        claim["metadata"].get("labels") or {},
+        claim["metadata"].get("annotations") or {},
+    ):
+        # The one-shot reboot reached the host (take it off the claim), or copied host metadata changed.
+        result["changed"] = True
         if not check_mode:
             updated = copy.deepcopy(claim)
+            updated["metadata"]["labels"] = claim_labels
             updated["metadata"]["annotations"] = claim_annotations
             claim = kube.replace(updated)
     updates = {

@@ -37,6 +37,10 @@ class ConflictError(KubeError):
     """The object changed since it was read (resourceVersion precondition failed) or was deleted."""
 
 
+class AlreadyExistsError(KubeError):
+    """create() of an object whose name is taken."""
+
+
 def _api_client(params: dict):
     kubeconfig = params.get("kubeconfig") or os.environ.get("K8S_AUTH_KUBECONFIG") or os.environ.get("KUBECONFIG")
     configuration = kube_client.Configuration()
@@ -65,10 +69,14 @@ class Kube:
             self._resources[key] = self._dynamic.resources.get(api_version=api_version, kind=kind)
         return self._resources[key]
 
-    def list(self, api_version: str, kind: str, namespace: str | None = None) -> list[dict]:
-        """Every object of a kind (in one namespace, or cluster-wide), in one request."""
+    def list(
+        self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict]:
+        """Every object of a kind (in a namespace or cluster-wide, matching label_selector if given) in one request."""
         try:
-            result = self._resource(api_version, kind).get(namespace=namespace, _request_timeout=self._timeout)
+            result = self._resource(api_version, kind).get(
+                namespace=namespace, label_selector=label_selector, _request_timeout=self._timeout
+            )
         except ApiException as error:
             raise KubeError(_describe(error, f"list {kind}", namespace)) from error
         return [item.to_dict() for item in result.items]
@@ -136,9 +144,10 @@ class Kube:
             )
         except ApiException as error:
             name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
-            raise KubeError(
-                _describe(error, f"create {obj['kind']} {name}", obj["metadata"].get("namespace"))
-            ) from error
+            message = _describe(error, f"create {obj['kind']} {name}", obj["metadata"].get("namespace"))
+            if error.status == 409:
+                raise AlreadyExistsError(message) from error
+            raise KubeError(message) from error
         return result.to_dict()
 
 

@@ -18,9 +18,17 @@ description:
     key of the same name or, failing that, its C(value) key. Copies follow changes of the source.
     A copy is deleted when the claim drops its reference.
   - A reference to a Secret outside the claim's own namespace is refused and never read, with
-    C(Synchronization) False, reason C(CrossNamespaceReference). A missing Secret or key gives
-    C(<Role>SecretSyncFailure). In both cases the host keeps what it had. When all is well,
-    C(Synchronization) is True, reason C(ConfigurationSynced).
+    C(Synchronization) False, reason C(CrossNamespaceReference). Only the referenced Secrets of the
+    claim's namespace are read, one GET each; the copies are listed once per infrastructure namespace.
+  - "A referenced Secret is refused with C(<Role>SecretSyncFailure) and a message naming the field when it
+    is missing; has no usable key (absent, empty or not base64); is not of type C(Opaque) (a
+    C(kubernetes.io/service-account-token), C(dockerconfigjson), C(tls) or other typed Secret holds credentials
+    that must not be shipped to an infrastructure namespace by accident); or holds more than the role's
+    limit once decoded: C(userData) 512 KiB (cloud-init or Ignition with embedded certificates),
+    C(metaData) and C(networkData) 64 KiB each (small maps; OpenStack's config drive, whose layout Metal3
+    uses, caps user data at 64 KiB). The message never carries the Secret's content."
+  - In every refusal the host keeps its last good copy. When all is well, C(Synchronization) is True,
+    reason C(ConfigurationSynced).
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:

@@ -165,6 +165,47 @@ def test_state_absent_removes_host_and_secret(devenv, clients, host_names, tmp_p
     assert get(clients, "Secret", f"{kept}-bmc-secret", "v1") is not None
 
 
+def claim_layer_writes(devenv, clients, name: str, **spec) -> None:
+    """Write a host as the claim layer does: its own Kube client, as the controller, by replace (PUT)."""
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import Kube
+
+    kube = Kube({"kubeconfig": devenv.kubeconfig("controller")})
+    host = kube.get(METAL3, "BareMetalHost", name, INFRA)
+    host["spec"].update(spec)
+    kube.replace(host)
+
+
+def test_a_bound_host_is_not_removed_and_online_stays_the_claim_layers(devenv, clients, host_names, tmp_path):
+    kubeconfig = devenv.kubeconfig("infra")
+    hosts = inventory(host_names)
+    full, minimal = host_names
+    assert not any(r["failed"] for r in run_playbook(tmp_path / "register", REGISTER, kubeconfig, hosts))
+    consumer = {"apiVersion": METAL3, "kind": "HostClaim", "namespace": TENANT_A, "name": "web", "uid": "u-1"}
+    claim_layer_writes(devenv, clients, minimal, consumerRef=consumer, online=True)
+
+    # The inventory does not set `online` for this host: re-applying it leaves the claim layer's value alone.
+    again = run_playbook(tmp_path / "again", REGISTER, kubeconfig, hosts)
+    assert not any(r["failed"] for r in again), again
+    assert get(clients, "BareMetalHost", minimal)["spec"]["online"] is True
+
+    hosts["hostclaim_hosts"] = [{"name": full, "state": "absent"}, {"name": minimal, "state": "absent"}]
+    refused = run_playbook(tmp_path / "remove", REGISTER, kubeconfig, hosts)
+    assert refused[-1]["failed"] is True
+    assert refused[-1]["msg"] == (
+        f"BareMetalHost {INFRA}/{minimal} is bound to HostClaim {TENANT_A}/web; delete the claim first "
+        "(the claim layer gives the host back, cleaned), then remove the host."
+    )
+    # Nothing was removed, not even the free host of the same run.
+    assert get(clients, "BareMetalHost", minimal)["spec"]["consumerRef"]["name"] == "web"
+    assert get(clients, "BareMetalHost", full) is not None
+    assert get(clients, "Secret", f"{minimal}-bmc-secret", "v1") is not None
+
+    claim_layer_writes(devenv, clients, minimal, consumerRef=None)  # released
+    removed = run_playbook(tmp_path / "released", REGISTER, kubeconfig, hosts)
+    assert not any(r["failed"] for r in removed), removed
+    assert all(get(clients, "BareMetalHost", name) is None for name in host_names)
+
+
 def test_missing_bmc_address_fails_naming_the_field(devenv, clients, host_names, tmp_path):
     hosts = inventory(host_names)
     del hosts["hostclaim_hosts"][1]["bmc"]["address"]
@@ -255,5 +296,26 @@ def test_invalid_name_matches_fails_before_anything_is_written(devenv, clients, 
         f'HostDeployPolicy {INFRA}/{invalid}: hostclaimNamespaces.nameMatches "team-((" is not a valid regular '
         "expression: missing ), unterminated subpattern"
     )
+    assert get(clients, "HostDeployPolicy", valid) is None
+    assert get(clients, "HostDeployPolicy", invalid) is None
+
+
+def test_invalid_metadata_copy_pattern_fails_before_anything_is_written(devenv, clients, policy_names, tmp_path):
+    valid, invalid = policy_names
+    copy = {"labels": ["infra-kind", "rack-(["], "annotations": ["ok"]}
+    policies = {
+        "hostclaim_policies": [
+            {"name": valid, "namespace": INFRA, "hostclaimNamespaces": {}, "metadataCopy": {"labels": [".*"]}},
+            {"name": invalid, "namespace": INFRA, "hostclaimNamespaces": {}, "metadataCopy": copy},
+        ]
+    }
+    results = run_playbook(tmp_path, POLICY, devenv.kubeconfig("infra"), policies)
+    failed = results[-1]
+    assert failed["failed"] is True
+    bad = [item for item in failed["results"] if item.get("failed")]
+    assert [item["msg"] for item in bad] == [
+        f'HostDeployPolicy {INFRA}/{invalid}: metadataCopy.labels[1] "rack-([" is not a valid regular expression: '
+        "unterminated character set at position 6"
+    ]
     assert get(clients, "HostDeployPolicy", valid) is None
     assert get(clients, "HostDeployPolicy", invalid) is None

@@ -88,3 +88,60 @@ def test_claims_without_a_host_go_at_once(devenv, rack, tmp_path):
     with pytest.raises(ApiException) as deleted:
         rack.read_claim("orphaned")
     assert deleted.value.status == 404
+
+
+def test_claim_deleted_mid_provisioning_is_stripped_first_and_held_until_available(devenv, rack, tmp_path):
+    """The attack: delete a claim while its host provisions, and have another tenant grab the host meanwhile."""
+    rack.policy()
+    rack.host("h1")
+    rack.api("tenant-a", "Secret", "v1").create(
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "mid-userdata", "namespace": TENANT_A},
+            "stringData": {"userData": "#cloud-config\nhostname: tenant-a\n"},
+        }
+    )
+    image = {"url": "http://127.0.0.1/img.qcow2", "checksum": "abc", "format": "qcow2"}
+    rack.claim("mid", online=True, image=image, userData={"name": "mid-userdata"})
+    try:
+        for module in ("hostclaim_bind", "hostclaim_secrets", "hostclaim_sync"):
+            step(module, devenv, tmp_path, rack)
+        host = rack.read_host("h1")
+        assert (host["spec"]["image"]["url"], host["spec"]["userData"]["name"]) == (image["url"], "h1-userdata")
+        rack.set_state("h1", "provisioning")  # the provisioner is writing the tenant's image
+
+        rack.api("tenant-a", "HostClaim").delete(name="mid", namespace=TENANT_A)
+        rack.claim("grabber", namespace=TENANT_B, identity="tenant-b")
+
+        def reconcile() -> None:
+            for module in ("hostclaim_release", "hostclaim_bind", "hostclaim_secrets", "hostclaim_sync"):
+                step(module, devenv, tmp_path, rack)
+
+        # provisioning -> deprovisioning -> available, as the provisioner would report it.
+        for state in ("provisioning", "deprovisioning"):
+            rack.set_state("h1", state)
+            reconcile()
+            host = rack.read_host("h1")
+            # Stripped of everything the tenant gave it, first; still held by the deleted claim.
+            assert not {"image", "userData", "metaData", "networkData"} & set(host["spec"]), state
+            assert (host["spec"]["online"], host["spec"]["automatedCleaningMode"]) == (False, "metadata")
+            assert host["spec"]["consumerRef"]["name"] == "mid", state
+            with pytest.raises(ApiException) as gone:
+                rack.api("admin", "Secret", "v1").get(name="h1-userdata", namespace=rack.namespace)
+            assert gone.value.status == 404
+            assert rack.read_claim("mid")["metadata"]["deletionTimestamp"]
+            association = condition(rack.read_claim("grabber", TENANT_B), "Association")
+            assert (association["status"], association["reason"]) == ("False", "NoBareMetalHost"), state
+
+        rack.set_state("h1", "available")  # deprovisioned and cleaned
+        reconcile()
+        with pytest.raises(ApiException) as deleted:
+            rack.read_claim("mid")
+        assert deleted.value.status == 404
+        host = rack.read_host("h1")
+        assert host["spec"]["consumerRef"]["name"] == "grabber"
+        assert not {"image", "userData"} & set(host["spec"])  # nothing of tenant-a's left for tenant-b
+        assert condition(rack.read_claim("grabber", TENANT_B), "Association")["status"] == "True"
+    finally:
+        rack.api("tenant-a", "Secret", "v1").delete(name="mid-userdata", namespace=TENANT_A)

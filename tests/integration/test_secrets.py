@@ -162,3 +162,64 @@ def test_missing_secret_or_key_is_reported(devenv, bound, tmp_path):
     step("hostclaim_secrets", devenv, tmp_path, rack)
     sync = condition(rack.read_claim("sec-claim"), "Synchronization")
     assert sync["message"] == "spec.networkData: Secret cluster-ns/nope has no networkData or value key"
+
+
+def attack_secret(rack: Rack, case: str) -> tuple[str, str, str]:
+    """The tenant's unacceptable Secret for `case`: (its name, the expected message, a marker of its content)."""
+    marker = f"LEAK-{case}-MARKER"
+    secrets = rack.api("tenant-a", "Secret", "v1")
+    name = f"bad-{case}"
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": TENANT_A}}
+    where = f"spec.userData: Secret {TENANT_A}/{name}"
+    if case == "oversized":
+        body["stringData"] = {"userData": "#cloud-config\n# " + marker + "x" * (512 * 1024)}
+        size = len(body["stringData"]["userData"])
+        message = f"{where}: key userData holds {size} bytes, more than the {512 * 1024} allowed for userData"
+    elif case == "token":
+        # A tenant pointing userData at a service-account token: the token controller fills it in.
+        body["type"] = "kubernetes.io/service-account-token"
+        body["metadata"]["annotations"] = {"kubernetes.io/service-account.name": "default"}
+        body["stringData"] = {"userData": marker}
+        message = (
+            f"{where} is of type kubernetes.io/service-account-token; only Opaque Secrets are copied beside a host"
+        )
+    elif case == "no-key":
+        body["stringData"] = {"cloud-init": marker}
+        message = f"{where} has no userData or value key"
+    else:  # empty
+        body["stringData"] = {"userData": ""}
+        message = f"{where}: key userData is empty"
+    secrets.create(body=body)
+    rack.secrets.append(("tenant-a", TENANT_A, name))
+    return name, message, marker
+
+
+@pytest.mark.parametrize("case", ["oversized", "token", "no-key", "empty"])
+def test_unacceptable_tenant_secrets_are_refused_and_the_last_good_copy_kept(devenv, bound, tmp_path, case):
+    rack = bound
+    step("hostclaim_secrets", devenv, tmp_path, rack)  # a good copy first
+    good = read_copy(rack, "h1-userdata")
+    name, message, marker = attack_secret(rack, case)
+    rack.api("tenant-a", "HostClaim").patch(
+        body={"spec": {"userData": {"name": name, "namespace": TENANT_A}}},
+        name="sec-claim",
+        namespace=TENANT_A,
+        content_type="application/merge-patch+json",
+    )
+    result = step("hostclaim_secrets", devenv, tmp_path, rack)
+    assert result["claims"][0]["synchronized"] is False
+    claim = rack.api("tenant-a", "HostClaim").get(name="sec-claim", namespace=TENANT_A).to_dict()
+    sync = condition(claim, "Synchronization")
+    assert (sync["status"], sync["reason"], sync["message"]) == ("False", "UserDataSecretSyncFailure", message)
+    # The last good copy stays, and the host still uses it.
+    kept = read_copy(rack, "h1-userdata")
+    assert (kept["data"], kept["metadata"]["resourceVersion"]) == (good["data"], good["metadata"]["resourceVersion"])
+    assert rack.read_host("h1")["spec"]["userData"] == {"name": "h1-userdata", "namespace": rack.namespace}
+    # Nothing of the Secret reached the infra namespace, the claim, the Events or the result.
+    infra_secrets = rack.api("admin", "Secret", "v1").get(namespace=rack.namespace).to_dict()["items"]
+    events = rack.api("tenant-a", "Event", "v1").get(namespace=TENANT_A).to_dict()["items"]
+    source = rack.api("tenant-a", "Secret", "v1").get(name=name, namespace=TENANT_A).to_dict()
+    leaks = [marker, *(v for v in (source.get("data") or {}).values() if v)]
+    for text in (repr(infra_secrets), repr(claim), repr(events), repr(result)):
+        assert not any(leak in text for leak in leaks)
+    assert step("hostclaim_secrets", devenv, tmp_path, rack)["changed"] is False

@@ -299,6 +299,10 @@ def test_hostdeploypolicy_aliases_share_one_schema():
     assert strip(spec["hostclaimNamespaces"]) == strip(spec["hostClaimNamespaces"])
     assert set(spec["hostclaimNamespaces"]["properties"]) == {"names", "nameMatches", "hasLabels"}
     assert set(spec["metadataCopy"]["properties"]) == {"labels", "annotations"}
+    for kind in ("labels", "annotations"):  # lists of key patterns, as _claim_metadata reads them
+        patterns = spec["metadataCopy"]["properties"][kind]
+        assert (patterns["type"], patterns["items"]["type"]) == ("array", "string")
+        assert "whole key" in patterns["description"]
 
 
 def test_baremetalhost_defaults_and_hardware_shared_with_hardwaredata():
