@@ -30,6 +30,7 @@ DEPLOY_FILE = "metalclaim/deploy.json"
 MODES = ("deploy", "clean")
 CHECKSUM_TYPES = ("md5", "sha256", "sha512")
 IMAGE_FORMATS = ("raw", "qcow2")
+_TYPE_BY_LENGTH = {32: "md5", 64: "sha256", 128: "sha512"}
 
 # NoCloud name -> ISO9660 level-3 (8.3) name, for readers without Rock Ridge or Joliet.
 _NOCLOUD_FILES = {
@@ -81,12 +82,15 @@ def validate_deploy(deploy: dict) -> dict:
     image_format = image.get("format") or "raw"
     if image_format not in IMAGE_FORMATS:
         raise ValueError(f"deploy.image.format must be one of {', '.join(IMAGE_FORMATS)}")
+    checksum = _require(image, "checksum", "deploy.image")
+    is_url = checksum.startswith(("http://", "https://"))
+    if not is_url and not all(c in "0123456789abcdefABCDEF" for c in checksum):
+        raise ValueError("deploy.image.checksum must be a hex digest or an http(s) URL of a checksum file")
     checksum_type = image.get("checksumType")
+    if checksum_type in (None, "", "auto") and not is_url:  # Metal3's "auto": known by the digest's length
+        checksum_type = _TYPE_BY_LENGTH.get(len(checksum))
     if checksum_type not in CHECKSUM_TYPES:
         raise ValueError(f"deploy.image.checksumType must be one of {', '.join(CHECKSUM_TYPES)}")
-    checksum = _require(image, "checksum", "deploy.image")
-    if not checksum.startswith(("http://", "https://")) and not all(c in "0123456789abcdefABCDEF" for c in checksum):
-        raise ValueError("deploy.image.checksum must be a hex digest or an http(s) URL of a checksum file")
     result["image"] = {
         "url": _http_url(_require(image, "url", "deploy.image"), "deploy.image.url"),
         "format": image_format,

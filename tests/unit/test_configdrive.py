@@ -76,6 +76,23 @@ def test_invalid_instructions_are_refused(change, complaint):
         configdrive.build_config_drive(user_data=None, meta_data=None, network_data=None, deploy={**DEPLOY, **change})
 
 
+@pytest.mark.parametrize(
+    ("checksum", "checksum_type"), [("a" * 32, "md5"), ("a" * 64, "sha256"), ("a" * 128, "sha512")]
+)
+def test_an_absent_or_auto_checksum_type_follows_the_digest_length(checksum, checksum_type):
+    for given in (None, "auto"):
+        image = dict(DEPLOY["image"], checksum=checksum, checksumType=given)
+        assert configdrive.validate_deploy({**DEPLOY, "image": image})["image"]["checksumType"] == checksum_type
+
+
+def test_auto_needs_a_known_length_or_a_literal_digest():
+    for checksum in ("a" * 40, "https://127.0.0.1/SHA256SUMS"):
+        with pytest.raises(ValueError, match="checksumType"):
+            configdrive.validate_deploy(
+                {**DEPLOY, "image": dict(DEPLOY["image"], checksum=checksum, checksumType="auto")}
+            )
+
+
 def test_a_checksum_url_is_accepted():
     image = dict(DEPLOY["image"], checksum="https://127.0.0.1/SHA256SUMS")
     assert configdrive.validate_deploy({**DEPLOY, "image": image})["image"]["checksum"] == image["checksum"]
