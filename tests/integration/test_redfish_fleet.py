@@ -16,7 +16,7 @@ from sushy import auth as sushy_auth
 from sushy import exceptions as sushy_exc
 
 from metalclaim.devenv.processes import free_port
-from metalclaim.devenv.redfish import RedfishFleet, fleet_systems, start_fleet, stop_fleet
+from metalclaim.devenv.redfish import DISK_BYTES, RedfishFleet, fleet_systems, start_fleet, stop_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -78,11 +78,21 @@ def test_systems_match_fleet(fleet: RedfishFleet) -> None:
         assert system.power_state == sushy.PowerState.OFF
 
 
-def test_virtual_media_cd_is_available(fleet: RedfishFleet) -> None:
+def test_virtual_media_cd_and_config_drive_device_are_available(fleet: RedfishFleet) -> None:
     system = _client(fleet).get_system(fleet.systems[0].address.removeprefix(f"redfish+{fleet.endpoint}"))
-    media = system.virtual_media.get_members()
-    assert [m.identity for m in media] == ["Cd"]
-    assert sushy.VirtualMediaType.CD in media[0].media_types
+    media = {m.identity: m for m in system.virtual_media.get_members()}
+    assert sorted(media) == ["Cd", "Floppy"]
+    assert sushy.VirtualMediaType.CD in media["Cd"].media_types
+    assert sushy.VirtualMediaType.USB_STICK in media["Floppy"].media_types
+    assert not any(m.inserted for m in media.values())
+
+
+def test_every_system_has_its_own_disk(fleet: RedfishFleet) -> None:
+    client = _client(fleet)
+    for index, expected in enumerate(fleet.systems):
+        system = client.get_system(expected.address.removeprefix(f"redfish+{fleet.endpoint}"))
+        drives = [drive for storage in system.storage.get_members() for drive in storage.drives]
+        assert [(d.identity, d.capacity_bytes) for d in drives] == [(f"disk-{index}", DISK_BYTES[index % 2])]
 
 
 def test_unauthenticated_request_gets_401(fleet: RedfishFleet) -> None:

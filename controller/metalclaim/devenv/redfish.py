@@ -27,6 +27,15 @@ STATE_DIR_NAME = "redfish-state"  # under the workdir; wiped on every start
 _UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "devenv.metalclaim")
 # NIC IPs are 192.0.2.<10+i> (TEST-NET-1, never contacted); .254 is the last.
 MAX_HOSTS = 245
+# The fake driver serves power, boot and NICs only; disks come from the emulator's static
+# storage driver, one controller with one drive per system (medium hosts even, large odd).
+STORAGE_ID = "1"
+DISK_BYTES = (480_103_981_056, 1_920_383_410_176)
+# Virtual media: a CD for boot ISOs and a removable device for config drives (sushy-tools' own pair).
+VMEDIA_DEVICES = {
+    "Cd": {"Name": "Virtual CD", "MediaTypes": ["CD", "DVD"]},
+    "Floppy": {"Name": "Virtual Removable Media", "MediaTypes": ["Floppy", "USBStick"]},
+}
 
 
 @dataclass(frozen=True)
@@ -100,11 +109,26 @@ def write_emulator_config(
             }
             for i, s in enumerate(systems)
         ],
-        # A CD drive only: what virtual-media boot needs, nothing to confuse it.
-        "SUSHY_EMULATOR_VMEDIA_DEVICES": {
-            "Cd": {"Name": "Virtual CD", "MediaTypes": ["CD", "DVD"]},
-        },
+        "SUSHY_EMULATOR_VMEDIA_DEVICES": VMEDIA_DEVICES,
         "SUSHY_EMULATOR_VMEDIA_VERIFY_SSL": False,
+        # Without an entry for a system its Storage collection answers 500.
+        "SUSHY_EMULATOR_STORAGE": {
+            s.uuid: [
+                {
+                    "Id": STORAGE_ID,
+                    "Name": "Local Storage Controller",
+                    "StorageControllers": [{"MemberId": "0", "Name": "Contoso Integrated RAID", "SpeedGbps": 12}],
+                    "Drives": [f"disk-{i}"],
+                }
+            ]
+            for i, s in enumerate(systems)
+        },
+        "SUSHY_EMULATOR_DRIVES": {
+            (s.uuid, STORAGE_ID): [
+                {"Id": f"disk-{i}", "Name": "Disk 0", "CapacityBytes": DISK_BYTES[i % 2], "Protocol": "SATA"}
+            ]
+            for i, s in enumerate(systems)
+        },
     }
     lines = [f"{key} = {pprint.pformat(value)}\n" for key, value in config.items()]
     config_path = workdir / "redfish-emulator.conf.py"
