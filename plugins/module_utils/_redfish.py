@@ -109,7 +109,7 @@ def parse_bmc_address(address: str) -> BmcAddress:
         raise BmcAddressError(f"BMC address {shown}: {_strip_userinfo_text(str(error))}") from None
     if not parts.scheme or "://" not in address:
         raise BmcAddressError(f"BMC address {shown} has no scheme (expected one of {', '.join(_schemes())})")
-    driver, _, transport = parts.scheme.lower().partition("+")
+    driver, _plus, transport = parts.scheme.lower().partition("+")
     if driver not in DRIVERS or transport not in ("", "http", "https"):
         raise BmcAddressError(
             f"BMC address scheme {parts.scheme!r} is not supported (expected one of {', '.join(_schemes())})"
@@ -590,7 +590,7 @@ class RedfishClient:
         except RedfishError:
             raise
         except Exception as error:
-            mapped = classify_error(error, f"{action} ({self.address.netloc})", self.address.netloc, self._timeout)
+            mapped = classify_error(error, f"{action} on {self.address.netloc}", timeout=self._timeout)
             if mapped is None:
                 raise
             message = scrub(str(mapped), self._secrets)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import random
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -107,7 +109,12 @@ def test_power_on_lands_later_and_is_polled(fleet, system):
         eventually(is_on, timeout=20, interval=0.5, message=f"{system['name']} powered on")
         print(f"\npower On landed after {time.monotonic() - started:.1f} s, {len(states)} polls")
         client.set_power("ForceOff")
-        eventually(lambda: client.power_state() == "Off", timeout=20, interval=0.5, message="powered off")
+        took = rf.wait_for_power(client, "Off", timeout=20)
+        assert client.power_state() == "Off"
+        with pytest.raises(rf.RedfishError, match="did not become On in 0s") as raised:
+            rf.wait_for_power(client, "On", timeout=0)
+        assert raised.value.kind == "timeout"
+    print(f"power ForceOff landed after {took:.1f} s")
 
 
 def test_inventory_has_the_fleet_nic_and_disk(fleet, system):
@@ -167,6 +174,14 @@ def test_insert_of_a_missing_image_fails_clearly(fleet, system, tmp_path):
     assert (error.kind, error.temporary, error.status) == ("rejected", False, 400)
     assert str(error).startswith(f"inserting {missing} into virtual media cd")
     assert "404" in str(error)
+
+
+def test_tls_to_a_plain_http_bmc_fails_at_once(fleet, system):
+    address = system["address"].replace("redfish+http://", "redfish+https://")
+    with connect(fleet, address, verify_tls=False, **FAST) as client, pytest.raises(rf.RedfishError) as raised:
+        client.probe()
+    assert (raised.value.kind, client.requests) == ("unreachable", 1)  # sushy never retries TLS failures
+    assert "TLS handshake failed" in str(raised.value)
 
 
 def test_dead_bmc_fails_within_the_bound(fleet, system, proxy):
@@ -272,3 +287,47 @@ def test_live_iso_sequence_request_count(fleet, system, tmp_path, proxy):
     print(f"\nlive-iso: {total} requests ({fixed} fixed + {polls} power polls at 1 s)")
     for line, count in sorted(proxy.counts.items()):
         print(f"  {count:3d}  {line}")
+
+
+# -- the test tooling itself (no emulator needed) ------------------------------------------------
+
+
+def _get(url: str, timeout: float = 5) -> tuple[int, bytes]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read()
+
+
+def test_fault_proxy_modes_and_counts(tmp_path):
+    with FileServer(tmp_path) as files, FaultProxy(files.url("")) as proxy:
+        files.add("a.iso", b"A")
+        files.add("b.iso", b"B")
+        assert _get(f"{proxy.url}/a.iso") == (200, b"A")
+        proxy.fail(500, times=1)
+        status, body = _get(f"{proxy.url}/a.iso")
+        assert status == 500 and b"fault injected" in body
+        assert _get(f"{proxy.url}/a.iso") == (200, b"A")  # `times` used up: passing through again
+        proxy.fail(401, path="/b")
+        assert _get(f"{proxy.url}/a.iso")[0] == 200 and _get(f"{proxy.url}/b.iso")[0] == 401
+        proxy.delay(0.6, method="GET")
+        started = time.monotonic()
+        assert _get(f"{proxy.url}/a.iso") == (200, b"A")
+        assert time.monotonic() - started >= 0.6
+        proxy.down()
+        with pytest.raises(urllib.error.URLError) as refused:
+            _get(f"{proxy.url}/a.iso")
+        assert isinstance(refused.value.reason, ConnectionRefusedError)
+        proxy.passthrough()
+        assert _get(f"{proxy.url}/b.iso") == (200, b"B")
+        assert proxy.counts == {"GET /a.iso": 5, "GET /b.iso": 2}  # refused connections never arrive
+        assert proxy.total == 7
+        proxy.reset_counts()
+        assert proxy.total == 0
+    assert files.requests.count(("GET", "/a.iso")) == 4  # the faulted ones never reached upstream
+    assert proxy.address_for("redfish+http://127.0.0.1:1/redfish/v1/Systems/x") == (
+        f"redfish+http://127.0.0.1:{proxy.port}/redfish/v1/Systems/x"
+    )
