@@ -273,7 +273,9 @@ def decide(host: dict, observed: dict, ctx: Context) -> Step:
     if not ((host.get("spec") or {}).get("bmc") or {}).get("address"):
         return _ok(Step(UNMANAGED), host) if state != UNMANAGED else Step(UNMANAGED, skipped="no BMC address")
     if state in (NONE, UNMANAGED):
-        step = Step(REGISTERING, finalizer="add", event=("Normal", "Registering", "registering the BMC"))
+        step = Step(
+            REGISTERING, finalizer="add", event=("Normal", "Registering", "registering the BMC"), requeue_after=0
+        )
         step.status["operationHistory"] = _history(host, "register", start=ctx.now)
         return _ok(step, host)
     if _registration_blocked(ctx):
@@ -346,6 +348,7 @@ def _history(host: dict, operation_name: str, start: str | None = None, end: str
 def _transition(host: dict, step: Step, new_state: str, reason: str, message: str) -> Step:
     step.state = new_state
     step.event = ("Normal", reason, message)
+    step.requeue_after = 0  # the new state has work of its own
     return step
 
 
@@ -665,11 +668,17 @@ def _writer_failed(host: dict, op: dict, message: str, ctx: Context) -> Step:
     return step
 
 
+def boot_override_set(observed: dict) -> bool:
+    """Whether a boot override other than the disk is still in place (clearing may leave target Hdd)."""
+    boot = observed.get(BOOT) or {}
+    return boot.get("enabled") != "Disabled" and boot.get("target") not in (None, "None", "Hdd")
+
+
 def _eject_all(observed: dict, step: Step) -> None:
     for device, media in (observed.get(MEDIA) or {}).items():
         if (media or {}).get("inserted"):
             step.actions.append(("eject", device))
-    if (observed.get(BOOT) or {}).get("target") not in (None, "None"):
+    if boot_override_set(observed):
         step.actions.append(("clear_boot",))
 
 

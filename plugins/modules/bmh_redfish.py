@@ -1,0 +1,200 @@
+#!/usr/bin/python
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: bmh_redfish
+short_description: Provision BareMetalHosts over Redfish, one step per host per run
+version_added: 0.1.0
+description:
+  - "Drives BareMetalHosts the way Metal3's baremetal-operator does, without Ironic: each run
+    advances every selected host by one step of Metal3's state machine (C(registering),
+    C(inspecting), C(available), C(provisioning), C(provisioned), C(deprovisioning),
+    C(externally provisioned), C(powering off before delete), C(deleting)) and writes Metal3's
+    status fields (C(operationalStatus), C(errorType), C(errorMessage), C(errorCount),
+    C(goodCredentials), C(hardware), C(poweredOn), C(operationHistory)). A step is computed from
+    the host and what its BMC reports now, so a run may be repeated or interrupted at any point."
+  - "Registration checks the BMC credentials (the Secret C(spec.bmc.credentialsName) in the host's
+    own namespace, keys C(username) and C(password)); a new Secret version is checked again.
+    Inspection reads the Redfish inventory into C(status.hardware) and a HardwareData object of
+    the same name, and checks C(spec.bootMACAddress) against the NICs."
+  - "Power follows C(spec.online). C(reboot.metal3.io) reboots the host (soft, then hard after
+    O(power_off_timeout); C({\"mode\": \"hard\"}) goes hard at once) and is removed once the host
+    is off; keyed C(reboot.metal3.io/<key>) annotations hold the host off until removed."
+  - "As in the user guide, provisioning starts once the host has C(spec.image) and C(spec.online)
+    is true. C(live-iso) images are inserted as virtual CD with a one-time boot override to CD,
+    then the host is powered on (or reset); the host is C(provisioned) when the BMC confirms media,
+    boot target and power. Disk images (C(qcow2), C(raw)) boot O(deploy_iso_url), the image writer,
+    with a per-host config drive (the tenant's user/meta/network data and the writer's
+    instructions) served by the media server under an unguessable path; the writer's callback
+    completes provisioning, and none within O(callback_timeout) is a C(provisioning error)."
+  - "Removing the image deprovisions: media ejected, boot override cleared, powered off, and with
+    C(automatedCleaningMode: metadata) (the default) the image writer wipes partition tables and
+    signatures. Without a deploy ISO the host's C(Cleaned) condition says cleaning is unsupported
+    (disks not wiped); it is never skipped silently."
+  - "Errors set Metal3's error fields and back off exponentially (O(backoff_base) doubling up to
+    O(backoff_cap)). C(baremetalhost.metal3.io/paused) stops all actions on a host,
+    C(baremetalhost.metal3.io/detached) all BMC actions. At most O(max_concurrent) hosts provision
+    or deprovision at once; others wait with C(operationalStatus: delayed)."
+  - "Hosts annotated, or in a namespace labelled, C(metalclaim.io/provisioner) with a value other
+    than C(metalclaim) are left to that provisioner (for example Metal3's baremetal-operator)."
+author:
+  - metalclaim maintainers (@metalclaim)
+extends_documentation_fragment:
+  - metalclaim.hostclaim.k8s_auth
+options:
+  hosts:
+    description: The hosts to advance; all hosts this provisioner owns when omitted.
+    type: list
+    elements: dict
+    suboptions:
+      namespace:
+        description: The host's namespace.
+        type: str
+        required: true
+      name:
+        description: The host's name.
+        type: str
+        required: true
+  namespaces:
+    description: Only hosts in these namespaces.
+    type: list
+    elements: str
+  deploy_iso_url:
+    description: URL of the image writer's live ISO. Needed for disk images and for cleaning.
+    type: str
+  media_dir:
+    description: The media server's directory (C(python -m metalclaim.mediaserver --dir)).
+    type: path
+  media_url:
+    description: The media server's base URL, as the hosts reach it.
+    type: str
+  max_concurrent:
+    description: How many hosts may be provisioning or deprovisioning at once.
+    type: int
+    default: 20
+  power_off_timeout:
+    description: Seconds a soft power-off may take before a hard one.
+    type: float
+    default: 60
+  callback_timeout:
+    description: Seconds the image writer has to call back.
+    type: float
+    default: 1800
+  backoff_base:
+    description: Seconds to wait after a first error; doubled after each further one.
+    type: float
+    default: 10
+  backoff_cap:
+    description: The longest wait between retries, in seconds.
+    type: float
+    default: 600
+  redfish_timeout:
+    description: Seconds to wait for one Redfish request.
+    type: float
+    default: 10
+  redfish_retries:
+    description: Retries of a Redfish request the BMC answered with a server error.
+    type: int
+    default: 1
+  wait:
+    description:
+      - Repeat steps until no host needs another one soon, or this many seconds have passed
+        (0 runs one step per host).
+    type: float
+    default: 0
+requirements:
+  - sushy >= 5
+  - pycdlib (for disk images and cleaning)
+attributes:
+  check_mode:
+    support: partial
+    description: Reads the BMCs and reports the step each host would take; changes nothing.
+  diff_mode:
+    support: none
+    description: The per-host results say what was done.
+  idempotent:
+    support: full
+    description: A host whose BMC already matches its spec takes no action.
+"""
+
+EXAMPLES = r"""
+- name: Advance every host by one step
+  metalclaim.hostclaim.bmh_redfish:
+  register: provisioner
+
+- name: Bring the hosts of one namespace up to date, with disk images and cleaning
+  metalclaim.hostclaim.bmh_redfish:
+    namespaces: [infrahost]
+    deploy_iso_url: http://192.0.2.1:8080/images/image-writer.iso
+    media_dir: /var/lib/metalclaim/media
+    media_url: http://192.0.2.1:8081
+    wait: 300
+"""
+
+RETURN = r"""
+hosts:
+  description: One entry per host considered.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    namespace:
+      description: The host's namespace.
+      type: str
+    name:
+      description: The host's name.
+      type: str
+    previous:
+      description: The provisioning state before this run.
+      type: str
+    state:
+      description: The provisioning state after this run.
+      type: str
+    actions:
+      description: What was done on the BMC and the media server (no URLs or tokens).
+      type: list
+      elements: str
+    error:
+      description: The error recorded on the host.
+      type: str
+      returned: on error
+    skipped:
+      description: Why nothing was done (paused, detached, backing off).
+      type: str
+      returned: when nothing was done
+    requeue_after:
+      description: Seconds after which the host wants another step.
+      type: float
+    redfish_requests:
+      description: HTTP requests made to the host's BMC.
+      type: int
+    changed:
+      description: Whether anything was done or written for this host.
+      type: bool
+states:
+  description: How many of the considered hosts are in each provisioning state.
+  returned: always
+  type: dict
+requeue_after:
+  description: The soonest any host wants another step, in seconds; null when none does.
+  returned: always
+  type: float
+redfish_requests:
+  description: HTTP requests made to all BMCs in this run.
+  returned: always
+  type: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._bmh_provisioner import ARG_SPEC, run_module
+
+
+def main():
+    run_module(AnsibleModule(argument_spec=ARG_SPEC, supports_check_mode=True))
+
+
+if __name__ == "__main__":
+    main()
