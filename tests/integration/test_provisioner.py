@@ -1,0 +1,543 @@
+"""The Redfish provisioner against the real control plane and the sushy-tools emulator.
+
+Each test gets its own infrastructure namespace whose BareMetalHosts point at the
+session's emulated fleet, and runs `bmh_redfish` (limited to that namespace) as the
+controller identity, through ansible, as the reconcile loop would.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._configdrive import read_config_drive
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._redfish import RedfishClient, parse_bmc_address
+from kubernetes.client.exceptions import ApiException
+
+from metalclaim.devenv.processes import free_port, wait_until
+from tests.netfixtures import FaultProxy, FileServer
+from tests.support import eventually, run_tasks
+
+METAL3 = "metal3.io/v1alpha1"
+TENANT = "cluster-ns"
+OPERATION = "provisioner.metalclaim.io/operation"
+FAST = {"backoff_base": 1, "backoff_cap": 4, "power_off_timeout": 20, "redfish_timeout": 3, "redfish_retries": 0}
+
+
+class Site:
+    """An infrastructure namespace of hosts on the emulated fleet, with a policy admitting every tenant."""
+
+    def __init__(self, devenv, clients, tmp_path: Path):
+        self.devenv = devenv
+        self.clients = clients
+        self.tmp_path = tmp_path
+        self.namespace = f"site-{uuid.uuid4().hex[:6]}"
+        self.kind = f"k-{uuid.uuid4().hex[:6]}"
+        fleet = devenv.state["redfish"]
+        self.username = fleet["username"]
+        self.password = Path(fleet["password_file"]).read_text().strip()
+        self.systems = fleet["systems"]
+        self.claims: list[str] = []
+        self.results: list[dict] = []  # every module result, to grep for leaks
+        self.api("Namespace", "v1").create(
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+        )
+        self.api("HostDeployPolicy").create(
+            body={
+                "apiVersion": METAL3,
+                "kind": "HostDeployPolicy",
+                "metadata": {"name": "policy", "namespace": self.namespace},
+                "spec": {"hostclaimNamespaces": {}},
+            }
+        )
+
+    def api(self, kind: str, api_version: str = METAL3, identity: str = "admin"):
+        return self.clients[identity].resources.get(api_version=api_version, kind=kind)
+
+    def host(self, name: str, system: int, address: str | None = None, password: str | None = None, **spec) -> None:
+        secret = f"{name}-bmc-secret"
+        self.api("Secret", "v1").create(
+            body={
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": secret, "namespace": self.namespace},
+                "stringData": {"username": self.username, "password": password or self.password},
+            }
+        )
+        self.api("BareMetalHost").create(
+            body={
+                "apiVersion": METAL3,
+                "kind": "BareMetalHost",
+                "metadata": {"name": name, "namespace": self.namespace, "labels": {"infra-kind": self.kind}},
+                "spec": {
+                    "online": False,
+                    "bootMACAddress": self.systems[system]["boot_mac"],
+                    "bmc": {"address": address or self.systems[system]["address"], "credentialsName": secret},
+                    **spec,
+                },
+            }
+        )
+
+    def set_password(self, host: str, password: str) -> None:
+        self.api("Secret", "v1").patch(
+            body={"stringData": {"password": password}},
+            name=f"{host}-bmc-secret",
+            namespace=self.namespace,
+            content_type="application/merge-patch+json",
+        )
+
+    def read(self, name: str) -> dict:
+        return self.api("BareMetalHost").get(name=name, namespace=self.namespace).to_dict()
+
+    def state(self, name: str) -> str:
+        return ((self.read(name).get("status") or {}).get("provisioning") or {}).get("state", "")
+
+    def provision(self, wait: float = 0, **options) -> dict:
+        args = {"namespaces": [self.namespace], "wait": wait, **FAST, **options}
+        (result,) = self.run([{"metalclaim.hostclaim.bmh_redfish": args}])
+        return result
+
+    def reconcile_and_provision(self, wait: float = 20, **options) -> list[dict]:
+        """One round of the claim layer and the provisioner, as the controller would run them."""
+        claims = [{"namespace": TENANT, "name": name} for name in self.claims]
+        steps = [
+            {f"metalclaim.hostclaim.{module}": {"claims": claims}}
+            for module in ("hostclaim_release", "hostclaim_bind", "hostclaim_secrets", "hostclaim_sync")
+        ]
+        provision = {
+            "metalclaim.hostclaim.bmh_redfish": {"namespaces": [self.namespace], "wait": wait, **FAST, **options}
+        }
+        return self.run([*steps, provision, steps[3]])
+
+    def run(self, tasks: list[dict]) -> list[dict]:
+        results = run_tasks(self.tmp_path / uuid.uuid4().hex[:6], tasks, self.devenv.kubeconfig("controller"))
+        for result in results:
+            assert not result["failed"], result
+        self.results += results
+        return results
+
+    def claim(self, name: str, **spec) -> None:
+        spec.setdefault("hostSelector", {"matchLabels": {"infra-kind": self.kind}})
+        self.api("HostClaim", identity="tenant-a").create(
+            body={
+                "apiVersion": METAL3,
+                "kind": "HostClaim",
+                "metadata": {"name": name, "namespace": TENANT},
+                "spec": spec,
+            }
+        )
+        self.claims.append(name)
+
+    def patch_claim(self, name: str, patch: dict) -> None:
+        self.api("HostClaim", identity="tenant-a").patch(
+            body=patch, name=name, namespace=TENANT, content_type="application/merge-patch+json"
+        )
+
+    def read_claim(self, name: str) -> dict | None:
+        try:
+            return self.api("HostClaim").get(name=name, namespace=TENANT).to_dict()
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def bmc(self, system: int) -> RedfishClient:
+        address = parse_bmc_address(self.systems[system]["address"])
+        return RedfishClient(address, self.username, self.password, timeout=5)
+
+    def events(self) -> list[dict]:
+        return [e.to_dict() for e in self.api("Event", "v1").get(namespace=self.namespace).items]
+
+    def cleanup(self) -> None:
+        for name in self.claims:
+            try:
+                self.api("HostClaim").patch(
+                    body={"metadata": {"finalizers": None}},
+                    name=name,
+                    namespace=TENANT,
+                    content_type="application/merge-patch+json",
+                )
+                self.api("HostClaim").delete(name=name, namespace=TENANT)
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+        hosts = self.api("BareMetalHost")
+        for host in hosts.get(namespace=self.namespace).items:
+            hosts.patch(
+                body={"metadata": {"finalizers": None}},
+                name=host.metadata.name,
+                namespace=self.namespace,
+                content_type="application/merge-patch+json",
+            )
+        self.api("Namespace", "v1").delete(name=self.namespace)
+
+
+@pytest.fixture
+def site(devenv, clients, tmp_path):
+    site = Site(devenv, clients, tmp_path)
+    yield site
+    site.cleanup()
+    # The emulator is shared: give every system back powered off with nothing inserted.
+    for index in range(len(site.systems)):
+        bmc = site.bmc(index)
+        try:
+            for device in ("cd", "config"):
+                if bmc.media(device)["inserted"]:
+                    bmc.eject_media(device)
+            if bmc.power_state() != "Off":
+                bmc.set_power("ForceOff")
+        finally:
+            bmc.close()
+
+
+@pytest.fixture
+def files(tmp_path):
+    with FileServer(tmp_path / "files") as server:
+        yield server
+
+
+@pytest.fixture
+def media_server(tmp_path):
+    """The media server process (config drives out, image writer callbacks in)."""
+    directory = tmp_path / "media"
+    directory.mkdir()
+    port = free_port()
+    log = tmp_path / "mediaserver.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "metalclaim.mediaserver",
+                "--dir",
+                str(directory),
+                "--listen",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers(url), "media server", 15, process.pid, log)
+        yield {"dir": str(directory), "url": url}
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        urllib.request.urlopen(url + "/", timeout=1)
+    except urllib.error.HTTPError:
+        return True  # 404 on / is the expected answer: it is up
+    except OSError:
+        return False
+    return True
+
+
+def settle(site: Site, host: str, state: str, rounds: int = 12, **options) -> dict:
+    for _ in range(rounds):
+        site.provision(wait=15, **options)
+        if site.state(host) == state:
+            return site.read(host)
+    raise AssertionError(f"{host} did not reach {state!r}; it is {site.state(host)!r}: {site.read(host).get('status')}")
+
+
+def assert_no_password(site: Site, *extra) -> None:
+    texts = [json.dumps(site.results), json.dumps(site.events(), default=str), *extra]
+    for name in [h.metadata.name for h in site.api("BareMetalHost").get(namespace=site.namespace).items]:
+        texts.append(json.dumps(site.read(name).get("status"), default=str))
+    for text in texts:
+        assert site.password not in text
+        assert base64.b64encode(f"{site.username}:{site.password}".encode()).decode() not in text
+
+
+# -- registration and inspection -------------------------------------------------------
+
+
+def test_every_fleet_host_registers_inspects_and_becomes_available(site):
+    for index in range(len(site.systems)):
+        site.host(f"h{index}", index)
+    result = site.provision(wait=60)
+    assert result["states"] == {"available": len(site.systems)}, result["hosts"]
+    hardware = site.api("HardwareData")
+    for index, system in enumerate(site.systems):
+        host = site.read(f"h{index}")
+        assert host["status"]["operationalStatus"] == "OK"
+        assert host["status"]["goodCredentials"]["credentials"]["name"] == f"h{index}-bmc-secret"
+        assert host["status"]["poweredOn"] is False
+        data = hardware.get(name=f"h{index}", namespace=site.namespace).to_dict()
+        assert [nic["mac"] for nic in data["spec"]["hardware"]["nics"]] == [system["boot_mac"]]
+        assert data["metadata"]["ownerReferences"][0]["uid"] == host["metadata"]["uid"]
+    again = site.provision()
+    assert not again["changed"], again["hosts"]  # idempotent: nothing left to do
+    assert_no_password(site)
+
+
+def test_a_wrong_password_is_a_registration_error_until_the_secret_is_fixed(site):
+    site.host("h0", 0, password="not-the-password")
+    result = site.provision(wait=4)
+    host = site.read("h0")
+    assert host["status"]["provisioning"]["state"] == "registering"
+    assert host["status"]["errorType"] == "registration error"
+    assert host["status"]["operationalStatus"] == "error"
+    assert host["status"]["errorCount"] >= 1
+    assert "credential" in host["status"]["errorMessage"].lower() or "401" in host["status"]["errorMessage"]
+    assert result["hosts"][0].get("error")
+    site.set_password("h0", site.password)
+    settle(site, "h0", "available")
+    host = site.read("h0")
+    assert host["status"]["errorType"] == "" and host["status"]["errorCount"] == 0
+    assert_no_password(site, "not-the-password")
+
+
+def test_paused_and_foreign_hosts_are_not_touched(site):
+    site.host("paused", 0)
+    site.host("metal3s", 1)
+    hosts = site.api("BareMetalHost")
+    for name, annotation in (("paused", "baremetalhost.metal3.io/paused"), ("metal3s", "metalclaim.io/provisioner")):
+        hosts.patch(
+            body={"metadata": {"annotations": {annotation: "metal3" if name == "metal3s" else ""}}},
+            name=name,
+            namespace=site.namespace,
+            content_type="application/merge-patch+json",
+        )
+    result = site.provision(wait=5)
+    assert [h["name"] for h in result["hosts"]] == ["paused"]
+    assert result["hosts"][0]["skipped"] == "paused" and result["redfish_requests"] == 0
+    assert site.state("paused") == "" and site.state("metal3s") == ""
+
+
+# -- the claim layer and the provisioner together ----------------------------------------
+
+
+def test_a_live_iso_claim_end_to_end(site, files):
+    iso_url = files.add("live.iso", b"live iso for a test\n" * 64)
+    site.host("h0", 0)
+    settle(site, "h0", "available")
+    site.claim("live", image={"url": iso_url, "format": "live-iso"}, online=True)
+    requests = 0
+    for _ in range(8):
+        results = site.reconcile_and_provision()
+        requests += results[4]["redfish_requests"]
+        claim = site.read_claim("live")
+        provisioned = next(c for c in claim["status"]["conditions"] if c["type"] == "Provisioned")
+        if provisioned["status"] == "True":
+            break
+    assert provisioned["reason"] == "provisioned", claim["status"]
+    assert claim["status"]["poweredOn"] is True
+    bmc = site.bmc(0)
+    try:
+        assert bmc.media("cd") == {"inserted": True, "image": iso_url}
+        assert bmc.boot_override()["target"] == "Cd"
+        assert bmc.power_state() == "On"
+    finally:
+        bmc.close()
+    print(f"\nRedfish requests to provision one live-iso host (available -> provisioned): {requests}")
+
+    # Removing the image deprovisions; online false keeps the emptied host off (an available
+    # host follows online, as Metal3's do).
+    site.patch_claim("live", {"spec": {"image": None, "online": False}})
+    for _ in range(8):
+        site.reconcile_and_provision()
+        if site.state("h0") == "available":
+            break
+    host = site.read("h0")
+    assert host["status"]["provisioning"]["state"] == "available"
+    assert host["spec"]["consumerRef"]["name"] == "live"  # still associated
+    cleaned = next(c for c in host["status"]["conditions"] if c["type"] == "Cleaned")
+    assert cleaned["reason"] == "CleaningUnsupported"  # no deploy ISO in this test: said, not hidden
+    bmc = site.bmc(0)
+    try:
+        assert bmc.media("cd")["inserted"] is False
+        assert bmc.power_state() == "Off"
+    finally:
+        bmc.close()
+
+    site.api("HostClaim", identity="tenant-a").delete(name="live", namespace=TENANT)
+    for _ in range(6):
+        site.reconcile_and_provision()
+        if site.read_claim("live") is None:
+            break
+    assert site.read_claim("live") is None
+    host = site.read("h0")
+    assert "consumerRef" not in host["spec"] and host["status"]["provisioning"]["state"] == "available"
+    assert_no_password(site)
+
+
+def test_a_disk_image_through_the_config_drive_and_the_writers_callback(site, files, media_server):
+    deploy_iso = files.add("writer.iso", b"image writer live system\n" * 64)
+    options = {"deploy_iso_url": deploy_iso, "media_dir": media_server["dir"], "media_url": media_server["url"]}
+    site.api("Secret", "v1", identity="tenant-a").create(
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": f"disk-userdata-{site.kind}", "namespace": TENANT},
+            "stringData": {"userData": "#cloud-config\nhostname: disk\n"},
+        }
+    )
+    site.host("h0", 0)
+    settle(site, "h0", "available", **options)
+    image = {"url": "http://127.0.0.1:9/img.qcow2", "format": "qcow2", "checksum": "0" * 64}
+    site.claim("disk", image=image, online=True, userData={"name": f"disk-userdata-{site.kind}"})
+    for _ in range(6):
+        site.reconcile_and_provision(wait=8, **options)
+        if OPERATION in (site.read("h0")["metadata"].get("annotations") or {}):
+            break
+    operation = json.loads(site.read("h0")["metadata"]["annotations"][OPERATION])
+    token = operation["token"]
+    config_url = f"{media_server['url']}/media/{token}/config-drive.iso"
+    bmc = site.bmc(0)
+    try:
+        assert eventually(lambda: bmc.media("config")["inserted"], timeout=30)
+        assert bmc.media("config")["image"] == config_url
+        assert bmc.media("cd")["image"] == deploy_iso
+    finally:
+        bmc.close()
+    drive = read_config_drive(urllib.request.urlopen(config_url, timeout=5).read())
+    assert drive["user-data"] == b"#cloud-config\nhostname: disk\n"
+    deploy = json.loads(drive["metalclaim/deploy.json"])
+    assert deploy["image"] == {**image, "checksumType": "sha256"}
+    assert deploy["callback"]["token"] == token
+
+    # The image writer reports a wrong checksum: a provisioning error with its message.
+    post(deploy["callback"]["url"], {"status": "failure", "message": "checksum mismatch: expected 000, got abc"})
+    site.provision(**options)
+    host = site.read("h0")
+    assert host["status"]["errorType"] == "provisioning error"
+    assert "checksum mismatch" in host["status"]["errorMessage"]
+    assert OPERATION not in (host["metadata"].get("annotations") or {})
+    with pytest.raises(urllib.error.HTTPError):  # withdrawn: the old token serves nothing
+        urllib.request.urlopen(config_url, timeout=5)
+
+    # The retry (after backoff) publishes a fresh drive; this time the writer succeeds.
+    def retried():
+        site.provision(**options)
+        annotations = site.read("h0")["metadata"].get("annotations") or {}
+        return OPERATION in annotations and json.loads(annotations[OPERATION]).get("powered")
+
+    eventually(retried, timeout=60, interval=1)
+    retry = json.loads(site.read("h0")["metadata"]["annotations"][OPERATION])
+    assert retry["token"] != token
+    post(f"{media_server['url']}/callback/{retry['token']}", {"status": "success", "message": "image written"})
+    settle(site, "h0", "provisioned", **options)
+    assert site.read("h0")["status"]["provisioning"]["image"]["url"] == image["url"]
+
+
+def test_no_callback_times_out_into_a_provisioning_error(site, files, media_server):
+    deploy_iso = files.add("writer.iso", b"image writer live system\n" * 64)
+    options = {
+        "deploy_iso_url": deploy_iso,
+        "media_dir": media_server["dir"],
+        "media_url": media_server["url"],
+        "callback_timeout": 3,
+        # Long enough that the retry (which clears the error) does not come within one wait.
+        "backoff_base": 30,
+        "backoff_cap": 60,
+    }
+    site.host("h0", 0, online=True)
+    settle(site, "h0", "available", **options)
+    site.api("BareMetalHost").patch(
+        body={"spec": {"image": {"url": "http://127.0.0.1:9/img.raw", "format": "raw", "checksum": "0" * 32}}},
+        name="h0",
+        namespace=site.namespace,
+        content_type="application/merge-patch+json",
+    )
+
+    def timed_out():
+        last.append(site.provision(wait=5, **options)["hosts"])
+        return (site.read("h0").get("status") or {}).get("errorType") == "provisioning error"
+
+    last = []
+    try:
+        eventually(timed_out, timeout=90, interval=0.5)
+    except AssertionError:
+        raise AssertionError(f"no provisioning error: {site.read('h0')} after {last[-3:]}") from None
+    status = site.read("h0")["status"]
+    assert "no callback from the image writer within 3s" in status["errorMessage"]
+    assert status["provisioning"]["state"] == "provisioning"
+
+
+def post(url: str, body: dict) -> None:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    urllib.request.urlopen(request, timeout=5).read()
+
+
+# -- faults --------------------------------------------------------------------------------
+
+
+def test_bmc_faults_become_error_status_with_backoff_then_recover(site, files):
+    proxy = FaultProxy(site.devenv.state["redfish"]["endpoint"])
+    try:
+        site.host("h0", 0, address=proxy.address_for(site.systems[0]["address"]))
+        settle(site, "h0", "available")
+
+        # A dead BMC: a power management error within the configured bounds, then backoff.
+        site.api("BareMetalHost").patch(
+            body={"spec": {"online": True}},
+            name="h0",
+            namespace=site.namespace,
+            content_type="application/merge-patch+json",
+        )
+        proxy.down()
+        started = time.monotonic()
+        result = site.provision()
+        elapsed = time.monotonic() - started
+        status = site.read("h0")["status"]
+        assert status["operationalStatus"] == "error" and status["errorType"] == "power management error"
+        assert status["errorCount"] == 1
+        print(f"\none step against a dead BMC took {elapsed:.1f}s (module run included)")
+        backing_off = site.provision(backoff_base=60)
+        assert backing_off["hosts"][0]["skipped"] == "backing off after an error"
+        assert backing_off["redfish_requests"] == 0
+
+        # HTTP 500 and answers slower than the timeout: errors too, counted.
+        proxy.fail(500)
+        time.sleep(1.1)  # past the 1 s backoff of the first error
+        site.provision(backoff_base=0.5)
+        assert site.read("h0")["status"]["errorCount"] == 2
+        proxy.delay(6)
+        time.sleep(1.1)
+        site.provision(backoff_base=0.5)
+        status = site.read("h0")["status"]
+        assert status["errorCount"] == 3 and "time" in status["errorMessage"].lower()
+
+        # The BMC comes back: the host powers on and the error is cleared.
+        proxy.passthrough()
+        time.sleep(2.1)
+
+        def powered():
+            site.provision(wait=10, backoff_base=0.5)
+            return site.read("h0")["status"].get("poweredOn")
+
+        eventually(powered, timeout=90, interval=0.5)
+        status = site.read("h0")["status"]
+        assert status["operationalStatus"] == "OK" and status["errorCount"] == 0
+
+        # A credential rotation on the BMC side: 401 -> registration error; fixed Secret -> recovery.
+        proxy.fail(401)
+        site.set_password("h0", "rotated-but-wrong")
+        time.sleep(0.1)
+        site.provision()
+        status = site.read("h0")["status"]
+        assert status["errorType"] == "registration error", status
+        proxy.passthrough()
+        site.set_password("h0", site.password)
+        time.sleep(1.1)
+        eventually(lambda: site.provision(wait=5) and site.read("h0")["status"]["errorCount"] == 0, timeout=60)
+        assert result["hosts"][0]["error"]
+    finally:
+        proxy.close()
+    assert_no_password(site, "rotated-but-wrong")
