@@ -10,11 +10,18 @@ then shows what each of them can see.
 from __future__ import annotations
 
 import argparse
+import base64
+import functools
+import http.server
+import io
 import json
 import re
 import sys
 import tempfile
+import threading
 from pathlib import Path
+
+import pycdlib
 
 from . import REPO_ROOT
 from .devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, Devenv
@@ -54,6 +61,90 @@ def run_module(env: Devenv, identity: str, module: str, args: dict) -> dict:
     if not result.tasks:
         raise DevenvError(f"{module} did not run ({result.status}):\n{result.stdout}")
     return result.tasks[0]
+
+
+def provision(env: Devenv, wait: float) -> dict:
+    """Steps of the Redfish provisioner over the infra namespace, as the controller identity."""
+    return run_module(env, "controller", "bmh_redfish", {"namespaces": [INFRA_NAMESPACE], "wait": wait})
+
+
+def reconcile(env: Devenv) -> None:
+    with tempfile.TemporaryDirectory() as private:
+        result = run(
+            Path(private), env.kubeconfig("controller"), playbook=str(REPO_ROOT / "playbooks" / "reconcile.yml")
+        )
+    failed = [task for task in result.tasks if task["failed"]]
+    if failed:
+        raise DevenvError(f"reconcile failed: {failed[0].get('msg')}")
+
+
+def tenant_claim(env: Devenv, namespace: str) -> dict:
+    return json.loads(env.kubectl(TENANT, "get", "hostclaim", "my-hostclaim", "-n", namespace, "-o", "json").stdout)
+
+
+def condition(claim: dict, type_: str) -> str:
+    found = next((c for c in claim.get("status", {}).get("conditions", []) if c["type"] == type_), {})
+    return f"{found.get('status')} ({found.get('reason')})"
+
+
+def print_conditions(claim: dict) -> None:
+    status = claim.get("status", {})
+    print(
+        f"hardwareData: {status.get('hardwareData')}   hostUID: {status.get('hostUID')}"
+        f"   poweredOn: {status.get('poweredOn')}"
+    )
+    print(f"  {'TYPE':<16} {'STATUS':<8} {'REASON':<24} MESSAGE")
+    for entry in status.get("conditions", []):
+        print(f"  {entry['type']:<16} {entry['status']:<8} {entry['reason']:<24} {entry['message']}")
+
+
+class LiveIso:
+    """A small live ISO served on loopback while the emulated BMC downloads it."""
+
+    def __enter__(self) -> str:
+        self._dir = tempfile.TemporaryDirectory()
+        iso = pycdlib.PyCdlib()
+        iso.new(vol_ident="METALCLAIM_DEMO")
+        text = b"metalclaim demo live system\n"
+        iso.add_fp(io.BytesIO(text), len(text), "/README.;1")
+        iso.write(str(Path(self._dir.name) / "demo-live.iso"))
+        iso.close()
+        handler = functools.partial(_QuietFiles, directory=self._dir.name)
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self._server.server_address[1]}/demo-live.iso"
+
+    def __exit__(self, *exc_info) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._dir.cleanup()
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # the demo's output stays readable
+        pass
+
+
+def show_bmc(env: Devenv, host: str) -> None:
+    sys.path.insert(0, str(REPO_ROOT / ".collections"))
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._redfish import (
+        RedfishClient,
+        parse_bmc_address,
+    )
+
+    bmh = json.loads(env.kubectl("infra", "get", "baremetalhost", host, "-n", INFRA_NAMESPACE, "-o", "json").stdout)
+    secret = json.loads(
+        env.kubectl(
+            "infra", "get", "secret", bmh["spec"]["bmc"]["credentialsName"], "-n", INFRA_NAMESPACE, "-o", "json"
+        ).stdout
+    )
+    username, password = (base64.b64decode(secret["data"][key]).decode() for key in ("username", "password"))
+    client = RedfishClient(parse_bmc_address(bmh["spec"]["bmc"]["address"]), username, password, timeout=5)
+    try:
+        print(f"  {host}: power {client.power_state()}, boot override {client.boot_override()}")
+        print(f"  {host}: virtual CD {client.media('cd')}")
+    finally:
+        client.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,24 +194,14 @@ def main(argv: list[str] | None = None) -> int:
         for decision in result.get("decisions", []):
             print(f"  {decision['policy']:<24} {decision['reason']:<16} {decision['message']}")
 
-        step("No provisioner yet: the demo marks the hosts `available` itself, as the infra identity")
-        print("(The Redfish provisioner, which will register and inspect hosts for real, is not built yet.)")
-        for host in sorted(host_names(env)):
-            env.kubectl(
-                "infra",
-                "patch",
-                "baremetalhost",
-                host,
-                "-n",
-                INFRA_NAMESPACE,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                json.dumps(
-                    {"status": {"provisioning": {"state": "available"}, "operationalStatus": "OK", "poweredOn": False}}
-                ),
-            )
+        step("The Redfish provisioner registers and inspects the fleet (metalclaim.hostclaim.bmh_redfish)")
+        result = provision(env, wait=90)
+        print(
+            f"  {result.get('states')} after {result.get('steps')} steps, "
+            f"{result.get('redfish_requests')} Redfish requests"
+        )
         show(env, "infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE)
+        show(env, "infra", "get", "hardwaredata", "-n", INFRA_NAMESPACE)
 
         step("The controller runs the reconcile playbook (metalclaim.hostclaim.reconcile)")
         with tempfile.TemporaryDirectory() as private:
@@ -138,12 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             env.kubectl(TENANT, "get", "hostclaim", "my-hostclaim", "-n", tenant_ns, "-o", "json").stdout
         )
         status = claim.get("status", {})
-        print(f"hardwareData: {status.get('hardwareData')}   hostUID: {status.get('hostUID')}")
-        print(f"  {'TYPE':<16} {'STATUS':<8} {'REASON':<24} MESSAGE")
-        for condition in status.get("conditions", []):
-            print(
-                f"  {condition['type']:<16} {condition['status']:<8} {condition['reason']:<24} {condition['message']}"
-            )
+        print_conditions(claim)
         show(env, TENANT, "get", "events", "-n", tenant_ns, "--field-selector=involvedObject.name=my-hostclaim")
         step("What the infra team sees: the host's consumer and the copied userData Secret beside it")
         show(env, "infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE)
@@ -160,11 +236,28 @@ def main(argv: list[str] | None = None) -> int:
             "custom-columns=NAME:.metadata.name,OWNER:.metadata.ownerReferences[0].name",
         )
 
-        step("Not built yet")
-        print(
-            "Provisioning over Redfish does not exist yet: nothing moves the host past `available`, so the\n"
-            "claim reports Provisioned False (reason: available), as the user guide shows right after association."
-        )
+        step("The tenant switches to a live ISO and sets online: true (the guide's provisioning step)")
+        with LiveIso() as iso_url:
+            patch = {"spec": {"online": True, "image": {"url": iso_url, "format": "live-iso"}}}
+            print(
+                f"[{TENANT}] $ kubectl patch hostclaim my-hostclaim -n {tenant_ns} "
+                f"--type=merge -p '{json.dumps(patch)}'"
+            )
+            env.kubectl(
+                TENANT, "patch", "hostclaim", "my-hostclaim", "-n", tenant_ns, "--type=merge", "-p", json.dumps(patch)
+            )
+            for round_number in range(1, 9):
+                reconcile(env)
+                result = provision(env, wait=20)
+                reconcile(env)
+                claim = tenant_claim(env, tenant_ns)
+                provisioned = condition(claim, "Provisioned")
+                print(f"  round {round_number}: host {result.get('states')}, claim Provisioned={provisioned}")
+                if provisioned.startswith("True"):
+                    break
+        print_conditions(tenant_claim(env, tenant_ns))
+        step("What the emulated BMC says (read over Redfish as the infra team's provisioner would)")
+        show_bmc(env, host)
         print(
             f"\nThe environment keeps running: kubeconfigs are in {env.directory / 'kubeconfig'}.\n"
             "Stop it with: make devenv-down"

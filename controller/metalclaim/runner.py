@@ -6,6 +6,7 @@ the project's collections path, this interpreter's ansible-playbook, a kubeconfi
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ def run(
     module_args: dict | None = None,
     extravars: dict | None = None,
 ) -> RunResult:
-    """Run a playbook, or one module (`module_args` as key=value), against localhost."""
+    """Run a playbook, or one module, against localhost."""
     # ansible-runner looks ansible-playbook up on PATH: use the one beside this interpreter.
     venv_bin = str(Path(sys.executable).parent)
     if venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
@@ -42,7 +43,8 @@ def run(
     private_data_dir.mkdir(parents=True, exist_ok=True)
     target = {"playbook": playbook} if playbook else {"host_pattern": "localhost", "module": module}
     if module_args:
-        target["module_args"] = " ".join(f"{key}={value}" for key, value in module_args.items())
+        # JSON keeps lists and numbers typed (key=value would turn a list into one string).
+        target["module_args"] = json.dumps(module_args)
     runner = ansible_runner.run(
         private_data_dir=str(private_data_dir),
         inventory=f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}",
