@@ -103,7 +103,8 @@ def reconcile_run(kubeconfig: str, tenant: str, claims: int) -> tuple[float, dic
         )
         elapsed = time.perf_counter() - started
     summary = next((t for t in result.tasks if t["task"] == "Summarize"), {"msg": result.status})
-    return elapsed, summary
+    reconciled = next((t for t in result.tasks if "summary" in t), {})
+    return elapsed, {**summary, **reconciled.get("summary", {})}
 
 
 def bind_run(kubeconfig: str, tenant: str, claims: int) -> tuple[float, dict]:
@@ -124,6 +125,32 @@ def bind_run(kubeconfig: str, tenant: str, claims: int) -> tuple[float, dict]:
         result = run(Path(private), kubeconfig, playbook="playbook.yml")
         elapsed = time.perf_counter() - started
     return elapsed, (result.tasks[0] if result.tasks else {"status": result.status})
+
+
+def race(admin, controller: str, what: str, claims: int, hosts: int, runs: int) -> None:
+    """`runs` concurrent runs of `what` over the same claims; prints wall time, bindings and claim conflicts."""
+    rack, tenant = setup(admin, hosts, claims)
+    try:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=runs) as pool:
+            if what == "hostclaim_bind":
+                outcomes = list(pool.map(lambda _index: bind_run(controller, tenant, claims), range(runs)))
+                conflicts = sum(1 for _s, r in outcomes for c in r.get("claims", []) if c["action"] == "conflict")
+            else:
+                outcomes = list(pool.map(lambda _index: reconcile_run(controller, tenant, claims), range(runs)))
+                conflicts = sum(r.get("conflicts", 0) for _s, r in outcomes)
+        wall = time.perf_counter() - started
+        consumers = [
+            h.spec.consumerRef.name for h in api(admin, "BareMetalHost").get(namespace=rack).items if h.spec.consumerRef
+        ]
+        print(
+            f"\nrace ({what}): {claims} claims, {hosts} hosts, {runs} concurrent runs: {wall:.2f}s wall, "
+            f"{len(consumers)} hosts bound, {len(set(consumers))} distinct claims, "
+            f"{conflicts} claim conflicts (claims another run was writing)",
+            flush=True,
+        )
+    finally:
+        teardown(admin, rack, tenant)
 
 
 def main() -> int:
@@ -163,25 +190,8 @@ def main() -> int:
             finally:
                 teardown(admin, rack, tenant)
         claims, hosts, runs = (int(n) for n in args.race.split("x"))
-        rack, tenant = setup(admin, hosts, claims)
-        try:
-            started = time.perf_counter()
-            with ThreadPoolExecutor(max_workers=runs) as pool:
-                outcomes = list(pool.map(lambda _index: bind_run(controller, tenant, claims), range(runs)))
-            wall = time.perf_counter() - started
-            consumers = [
-                h.spec.consumerRef.name
-                for h in api(admin, "BareMetalHost").get(namespace=rack).items
-                if h.spec.consumerRef
-            ]
-            conflicts = sum(1 for _elapsed, r in outcomes for c in r.get("claims", []) if c["action"] == "conflict")
-            print(
-                f"\nrace: {claims} claims, {hosts} hosts, {runs} concurrent runs: {wall:.2f}s wall, "
-                f"{len(consumers)} hosts bound, {len(set(consumers))} distinct claims, "
-                f"{conflicts} per-claim conflicts retried by another run"
-            )
-        finally:
-            teardown(admin, rack, tenant)
+        for what in ("hostclaim_bind", "reconcile.yml"):
+            race(admin, controller, what, claims, hosts, runs)
     finally:
         if own_env is not None:
             own_env.down()

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import random
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import (
+    BINDING_ANNOTATION,
     desired_status,
     event,
     lock_for_binding,
@@ -57,38 +59,102 @@ def namespace_labels(kube) -> dict:
     return {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")}
 
 
-def step_each(pairs: list[tuple[dict, object]], step) -> dict:
-    """Run step(claim, what it needs) -> result for each pair; a conflict on one claim does not stop the others."""
+def step_each(pairs: list[tuple[dict, object]], step, refresh=None) -> dict:
+    """Run step(claim, what it needs) -> result for each pair; a conflict on one claim does not stop the others.
+
+    On a conflict, refresh(claim, what) may read both again (None: nothing left to do) for one
+    more try: steps are idempotent, and the object most often changed under us because a
+    concurrent run wrote what we were about to write.
+    """
     results = []
-    for claim, host in pairs:
+    for claim, needed in pairs:
         try:
-            results.append(step(claim, host))
+            results.append(step(claim, needed))
+            continue
         except ConflictError as error:
-            namespace, name = binding.key(claim)
-            results.append(
-                {"namespace": namespace, "name": name, "state": "conflict", "message": str(error), "changed": False}
-            )
+            conflict = error
+        fresh = refresh(claim, needed) if refresh else None
+        if fresh is not None:
+            try:
+                results.append(step(*fresh))
+                continue
+            except ConflictError as error:
+                conflict = error
+        namespace, name = binding.key(claim)
+        results.append(
+            {"namespace": namespace, "name": name, "state": "conflict", "message": str(conflict), "changed": False}
+        )
     return {"changed": any(r["changed"] for r in results), "claims": results}
 
 
+def reread_bound(kube):
+    """A step_each refresh for (claim, host) pairs: both read again, None when they are no longer bound."""
+
+    def reread(claim: dict, host: dict):
+        namespace, name = binding.key(claim)
+        fresh_claim = kube.get(METAL3, "HostClaim", name, namespace)
+        fresh_host = kube.get(METAL3, "BareMetalHost", binding.key(host)[1], binding.key(host)[0])
+        if fresh_claim is None or fresh_host is None or fresh_claim["metadata"].get("deletionTimestamp"):
+            return None
+        return (fresh_claim, fresh_host) if binding.consumed_by(fresh_host, fresh_claim) else None
+
+    return reread
+
+
 def bind_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: bool) -> dict:
+    """Bind the claims oldest first, in one pass; see _next_after_conflict for concurrent binders."""
     claims = select_claims(kube.list(METAL3, "HostClaim"), wanted)
+    order = {binding.key(c): index for index, c in enumerate(claims)}
     hosts = kube.list(METAL3, "BareMetalHost")
     policies = kube.list(METAL3, "HostDeployPolicy")
     labels_of = namespace_labels(kube)
     hosts_by_key = {binding.key(h): h for h in hosts}
     results = []
-    for claim in claims:
+    pending = list(claims)
+    while pending:
+        claim = pending.pop(0)
+        if _locked_by_another(claim, timestamp):
+            namespace, name = binding.key(claim)
+            skipped = {"namespace": namespace, "name": name, "action": "skip", "host": None, "changed": False}
+            skipped.update(reason="BindingElsewhere", message="another binder is working on this claim")
+            results.append(skipped)
+            continue
         namespace = claim["metadata"]["namespace"]
         authorized, _decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
-        plan = binding.plan(claim, hosts, authorized)
+        plan = binding.plan(claim, list(hosts_by_key.values()), authorized)
         results.append(_commit(kube, plan, hosts_by_key, timestamp, check_mode))
+        if results[-1]["action"] == "conflict" and pending:
+            pending, hosts_by_key = _next_after_conflict(kube, pending)
+    results.sort(key=lambda r: order[(r["namespace"], r["name"])])
     return {
         "changed": any(r["changed"] for r in results),
         "claims": results,
         "bound": sum(1 for r in results if r["host"]),
         "unbound": sum(1 for r in results if r["action"] in ("refuse", "bind") and not r["host"]),
+        "conflicts": sum(1 for r in results if r["action"] == "conflict"),
     }
+
+
+def _locked_by_another(claim: dict, started: str) -> bool:
+    """Whether another binder stamped the claim since this run started (this run stamps each claim once)."""
+    stamp = (claim["metadata"].get("annotations") or {}).get(BINDING_ANNOTATION, "")
+    return stamp >= started
+
+
+def _next_after_conflict(kube, pending: list[dict]) -> tuple[list[dict], dict]:
+    """(claims still to do, hosts by key) after a claim conflict: another binder is walking the same claims.
+
+    Concurrent binders listed the same claims and walk them in the same order, so after one
+    collision they would keep colliding on every claim. Re-read what the others did (their
+    stamps make us skip claims they hold), then jump to a random point of what is left: the
+    binders spread over the list and meet again only where their parts join.
+    """
+    relist = getattr(kube, "relist", kube.list)  # a caching client must go to the server here
+    fresh = {binding.key(c): c for c in relist(METAL3, "HostClaim")}
+    hosts_by_key = {binding.key(h): h for h in relist(METAL3, "BareMetalHost")}
+    pending = [fresh[binding.key(c)] for c in pending if binding.key(c) in fresh]
+    start = random.randrange(len(pending)) if pending else 0
+    return pending[start:] + pending[:start], hosts_by_key
 
 
 def _commit(kube, plan: binding.Plan, hosts_by_key: dict, timestamp: str, check_mode: bool) -> dict:

@@ -16,7 +16,11 @@ import copy
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _conditions as cond
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import bound_claims, step_each
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import (
+    bound_claims,
+    reread_bound,
+    step_each,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_release import DATA_ROLES, copied_secret_name
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import (
     desired_status,
@@ -137,7 +141,9 @@ def sync_secrets(kube, wanted: list[dict] | None, timestamp: str, check_mode: bo
     for namespace in sorted({binding.key(host)[0] for _claim, host in pairs}):
         for secret in kube.list("v1", "Secret", namespace, label_selector=COPY_OF_LABEL):
             copies[binding.key(secret)] = secret
-    return step_each(pairs, lambda claim, host: _sync(kube, claim, host, copies, timestamp, check_mode))
+    return step_each(
+        pairs, lambda claim, host: _sync(kube, claim, host, copies, timestamp, check_mode), reread_bound(kube)
+    )
 
 
 def _sync(kube, claim: dict, host: dict, copies: dict, timestamp: str, check_mode: bool) -> dict:

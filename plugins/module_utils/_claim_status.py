@@ -71,7 +71,9 @@ def lock_for_binding(kube, claim: dict, timestamp: str, check_mode: bool) -> dic
     finalizers = meta.get("finalizers") or []
     if FINALIZER not in finalizers:
         meta["finalizers"] = [*finalizers, FINALIZER]
-    meta.setdefault("annotations", {})[BINDING_ANNOTATION] = timestamp
+    # The time of the lock itself (not of the run): a binder that started earlier skips claims
+    # stamped after its own start, which only a concurrent binder can have done.
+    meta.setdefault("annotations", {})[BINDING_ANNOTATION] = max(cond.now(), timestamp)
     return kube.replace(updated)
 
 

@@ -15,6 +15,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _condi
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import (
     bound_claims,
     namespace_labels,
+    reread_bound,
     step_each,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_metadata import copy_rules, metadata_plan
@@ -107,7 +108,11 @@ def sync_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: boo
     policies = kube.list(METAL3, "HostDeployPolicy") if pairs else []
     # Namespace labels matter only to decide which policies' metadataCopy apply.
     labels = namespace_labels(kube) if any((p.get("spec") or {}).get("metadataCopy") for p in policies) else {}
-    outcome = step_each(pairs, lambda claim, host: _sync(kube, claim, host, policies, labels, timestamp, check_mode))
+    outcome = step_each(
+        pairs,
+        lambda claim, host: _sync(kube, claim, host, policies, labels, timestamp, check_mode),
+        reread_bound(kube),
+    )
     problems = sorted({p for r in outcome["claims"] for p in r.get("metadata_copy_problems", [])})
     if problems:
         outcome["warnings"] = problems

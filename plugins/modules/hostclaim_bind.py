@@ -24,6 +24,10 @@ description:
     resourceVersion; on a conflict (another binder got there first) the next candidate is tried.
     Then the claim's status is written. Concurrent runs are safe. Each claim ranks equal candidates
     in its own order, so concurrent binders rarely collide.
+  - Claims are taken oldest first. When another binder is found writing the same claim (a conflict),
+    this one reads claims and hosts again, leaves the claims the other has stamped since this run
+    started, and goes on from a random point of the claims left, so that concurrent runs over the
+    same claims spread out instead of colliding on every claim.
   - Adds the C(metal3.io/hostclaim) finalizer to claims it binds, so that deleting a claim waits for
     M(metalclaim.hostclaim.hostclaim_release).
   - Claims whose C(spec.kind) is not C(baremetal), and claims being deleted, are left alone.
@@ -71,7 +75,7 @@ claims:
       description: The claim's name.
       type: str
     action:
-      description: C(keep) (already bound), C(bind), C(refuse) or C(skip).
+      description: C(keep) (already bound), C(bind), C(refuse), C(skip) or C(conflict) (another binder holds it).
       type: str
     host:
       description: C(<namespace>/<name>) of its host, or null when unbound.
@@ -99,6 +103,10 @@ bound:
   type: int
 unbound:
   description: How many of the claims wanted a host and have none.
+  returned: always
+  type: int
+conflicts:
+  description: How many claims another binder was writing at the same time (it binds them; a later run sees its result).
   returned: always
   type: int
 """

@@ -21,6 +21,13 @@ description:
     (NIC names, MACs and IPs; CPU architecture, count and model; RAM; disk names and sizes) and the
     C(Provisioned) condition, whose reason is the host's provisioning state as in the user guide.
     Nothing about the host's BMC ever reaches the claim."
+  - "Host metadata (metadataCopy): the host's labels and annotations are copied onto the claim only where a
+    HostDeployPolicy of the host's namespace that admits the claim's namespace lists patterns for them in
+    C(spec.metadataCopy.labels) / C(annotations); nothing by default, several policies add up. A pattern is a
+    Python regular expression that must match the whole key. Keys under C(metalclaim.io/) and C(reboot.metal3.io)
+    are never copied. The copied keys are recorded in the claim's C(metalclaim.io/copied-metadata) annotation:
+    only they follow the host and are removed once no longer matched; a key the tenant set itself is never
+    overwritten or removed. A policy with an invalid pattern copies nothing and is reported in C(warnings)."
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:
@@ -66,6 +73,11 @@ claims:
       description: Why part of the claim's spec was not applied.
       type: str
       returned: when something was refused
+    metadata_copy_problems:
+      description: Policies whose metadataCopy was ignored for this claim, and why (an invalid pattern).
+      type: list
+      elements: str
+      returned: when there are some
     changed:
       description: Whether anything was written for this claim.
       type: bool

@@ -10,6 +10,7 @@ from tests.support import REPO_ROOT, run_playbook
 pytestmark = pytest.mark.integration
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "reconcile.yml"
+RECONCILE = "Reconcile the claims (release, bind, copy data Secrets, sync)"
 
 
 def reconcile(devenv, tmp_path, rack, name: str) -> dict:
@@ -28,13 +29,15 @@ def test_one_run_binds_and_a_later_run_releases(devenv, rack, tmp_path):
         rack.claim(f"c{index}")
     first = reconcile(devenv, tmp_path, rack, "first")
     assert first["Summarize"]["msg"].startswith("3 bound, 1 waiting for a host")
+    # One list call per kind for the whole run: claims, hosts, policies, namespaces, the copies of one rack.
+    assert first[RECONCILE]["summary"]["list_calls"] == 5
     bound = [name for _namespace, name in rack.claims if rack.read_claim(name)["status"].get("hardwareData")]
     assert len(bound) == 3
 
     rack.api("tenant-a", "HostClaim").delete(name=bound[0], namespace=TENANT_A)
     second = reconcile(devenv, tmp_path, rack, "second")
     # The released host (never provisioned, still available) goes to the claim that was waiting.
-    assert second["Release the hosts of deleted claims"]["claims"][0]["state"] == "released"
+    assert second[RECONCILE]["release"]["claims"][0]["state"] == "released"
     waiting = next(name for _namespace, name in rack.claims if name not in bound)
     assert condition(rack.read_claim(waiting), "Association")["status"] == "True"
 

@@ -1,0 +1,105 @@
+#!/usr/bin/python
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: hostclaim_reconcile
+short_description: Run every HostClaim step (release, bind, secrets, sync) for a batch of claims in one go
+version_added: 0.1.0
+description:
+  - Runs, in this order and in one process, what M(metalclaim.hostclaim.hostclaim_release),
+    M(metalclaim.hostclaim.hostclaim_bind), M(metalclaim.hostclaim.hostclaim_secrets) and
+    M(metalclaim.hostclaim.hostclaim_sync) do, with the same semantics, for the claims in O(claims) (or all).
+  - Each kind (HostClaims, BareMetalHosts, HostDeployPolicies, Namespaces, the Secret copies of each
+    infrastructure namespace) is listed once for the whole run; later steps see what earlier ones wrote.
+    This is what C(playbooks/reconcile.yml) runs; the step modules remain for running one step alone.
+author:
+  - metalclaim maintainers (@metalclaim)
+extends_documentation_fragment:
+  - metalclaim.hostclaim.claims
+  - metalclaim.hostclaim.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    description: Each step reports what it would do on the state read at the start; nothing is written.
+  diff_mode:
+    support: none
+    description: The per-step, per-claim results say what changed.
+  idempotent:
+    support: full
+    description: With nothing new on either side, a second run changes nothing.
+"""
+
+EXAMPLES = r"""
+- name: Reconcile every HostClaim
+  metalclaim.hostclaim.hostclaim_reconcile:
+  register: reconcile
+
+- name: Reconcile the claims an event named
+  metalclaim.hostclaim.hostclaim_reconcile:
+    claims:
+      - namespace: cluster-ns
+        name: my-hostclaim
+"""
+
+RETURN = r"""
+release:
+  description: What M(metalclaim.hostclaim.hostclaim_release) returns.
+  returned: always
+  type: dict
+bind:
+  description: What M(metalclaim.hostclaim.hostclaim_bind) returns.
+  returned: always
+  type: dict
+secrets:
+  description: What M(metalclaim.hostclaim.hostclaim_secrets) returns.
+  returned: always
+  type: dict
+sync:
+  description: What M(metalclaim.hostclaim.hostclaim_sync) returns.
+  returned: always
+  type: dict
+summary:
+  description: Counts for a log line.
+  returned: always
+  type: dict
+  contains:
+    bound:
+      description: Claims with a host after this run.
+      type: int
+    waiting_for_host:
+      description: Claims that want a host and have none.
+      type: int
+    releases_pending:
+      description: Deleted claims whose host is still being deprovisioned.
+      type: int
+    not_synchronized:
+      description: Bound claims whose data Secrets or image change could not be applied.
+      type: int
+    conflicts:
+      description: Claims another reconcile was writing at the same time (it handles them).
+      type: int
+    list_calls:
+      description: List requests made to the API server.
+      type: int
+  sample:
+    bound: 3
+    waiting_for_host: 1
+    releases_pending: 0
+    not_synchronized: 0
+    conflicts: 0
+    list_calls: 5
+"""
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_reconcile import reconcile_claims
+
+
+def main():
+    run_claim_step(reconcile_claims)
+
+
+if __name__ == "__main__":
+    main()
