@@ -277,7 +277,9 @@ def _stop(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m metalclaim.mediaserver", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m metalclaim.mediaserver", description=__doc__.split("\n", maxsplit=1)[0]
+    )
     parser.add_argument("--dir", required=True, help="the media directory (see plugins/module_utils/_media.py)")
     parser.add_argument("--listen", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port; the URL printed says which")

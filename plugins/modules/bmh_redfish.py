@@ -110,7 +110,7 @@ requirements:
   - pycdlib (for disk images and cleaning)
 attributes:
   check_mode:
-    support: partial
+    support: full
     description: Reads the BMCs and reports the step each host would take; changes nothing.
   diff_mode:
     support: none

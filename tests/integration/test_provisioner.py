@@ -246,7 +246,7 @@ def _answers(url: str) -> bool:
 
 
 def settle(site: Site, host: str, state: str, rounds: int = 12, **options) -> dict:
-    for _ in range(rounds):
+    for _round in range(rounds):
         site.provision(wait=15, **options)
         if site.state(host) == state:
             return site.read(host)
@@ -327,7 +327,7 @@ def test_a_live_iso_claim_end_to_end(site, files):
     settle(site, "h0", "available")
     site.claim("live", image={"url": iso_url, "format": "live-iso"}, online=True)
     requests = 0
-    for _ in range(8):
+    for _round in range(8):
         results = site.reconcile_and_provision()
         requests += results[4]["redfish_requests"]
         claim = site.read_claim("live")
@@ -348,7 +348,7 @@ def test_a_live_iso_claim_end_to_end(site, files):
     # Removing the image deprovisions; online false keeps the emptied host off (an available
     # host follows online, as Metal3's do).
     site.patch_claim("live", {"spec": {"image": None, "online": False}})
-    for _ in range(8):
+    for _round in range(8):
         site.reconcile_and_provision()
         if site.state("h0") == "available":
             break
@@ -365,7 +365,7 @@ def test_a_live_iso_claim_end_to_end(site, files):
         bmc.close()
 
     site.api("HostClaim", identity="tenant-a").delete(name="live", namespace=TENANT)
-    for _ in range(6):
+    for _round in range(6):
         site.reconcile_and_provision()
         if site.read_claim("live") is None:
             break
@@ -390,7 +390,7 @@ def test_a_disk_image_through_the_config_drive_and_the_writers_callback(site, fi
     settle(site, "h0", "available", **options)
     image = {"url": "http://127.0.0.1:9/img.qcow2", "format": "qcow2", "checksum": "0" * 64}
     site.claim("disk", image=image, online=True, userData={"name": f"disk-userdata-{site.kind}"})
-    for _ in range(6):
+    for _round in range(6):
         site.reconcile_and_provision(wait=8, **options)
         if OPERATION in (site.read("h0")["metadata"].get("annotations") or {}):
             break
