@@ -627,6 +627,11 @@ def _provision_disk(host: dict, image: dict, observed: dict, ctx: Context, step:
         return _writer_failed(
             host, op, f"no callback from the image writer within {ctx.settings.callback_timeout:g}s", ctx
         )
+    return _boot_writer(host, op, observed, ctx, step)
+
+
+def _boot_writer(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> Step:
+    """Boot the image writer: deploy ISO as CD, the operation's config drive beside it, once, powered."""
     _insert(observed, CD, ctx.settings.deploy_iso_url, step)
     _insert(observed, CONFIG_DEVICE, config_drive_url(ctx.settings, op["token"]), step)
     _boot_once_from_cd(host, observed, step)
@@ -761,14 +766,7 @@ def _clean(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> St
         return _writer_failed(
             host, op, f"cleaning: no callback from the image writer within {ctx.settings.callback_timeout:g}s", ctx
         )
-    _insert(observed, CD, ctx.settings.deploy_iso_url, step)
-    _insert(observed, CONFIG_DEVICE, config_drive_url(ctx.settings, op["token"]), step)
-    _boot_once_from_cd(host, observed, step)
-    op = _power_into_media(observed, op, step)
-    if op != operation(host):
-        step.annotations[OPERATION_ANNOTATION] = json.dumps(op, sort_keys=True)
-    step.requeue_after = 5
-    return _ok(step, host)
+    return _boot_writer(host, op, observed, ctx, step)
 
 
 # deletion ----------------------------------------------------------------------------------
