@@ -17,7 +17,8 @@ from kubernetes.dynamic import DynamicClient
 from metalclaim.devenv.env import Devenv
 from tests.claimlayer import Rack
 
-FLEET_SIZE = int(os.environ.get("METALCLAIM_TEST_HOSTS", "4"))
+# Eight emulated systems: the provisioner must take a fleet of 8 from registering to available.
+FLEET_SIZE = int(os.environ.get("METALCLAIM_TEST_HOSTS", "8"))
 
 
 def _interrupt(signum, frame):
