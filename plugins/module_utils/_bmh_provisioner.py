@@ -14,8 +14,11 @@ from __future__ import annotations
 import base64
 import copy
 import dataclasses
+import hashlib
 import re
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _bmh_machine as machine
@@ -51,12 +54,23 @@ class Options:
     max_concurrent: int = 20  # hosts provisioning or deprovisioning at once (Metal3's default)
     redfish_timeout: float = 10.0
     redfish_retries: int = 1
+    workers: int = 8  # hosts stepped at once: waits on different BMCs overlap
 
 
 def provision_hosts(
-    kube, wanted: list[dict] | None, namespaces: list[str] | None, options: Options, timestamp: str, check_mode: bool
+    kube,
+    wanted: list[dict] | None,
+    namespaces: list[str] | None,
+    options: Options,
+    timestamp: str,
+    check_mode: bool,
+    connections: Connections | None = None,
 ) -> dict:
-    """Advance each selected host by one step; one list call per kind for the batch."""
+    """Advance each selected host by one step; one list call per kind for the batch.
+
+    Hosts are read and written in parallel (options.workers), but decided one by one in
+    name order: that is where the provisioning slots (options.max_concurrent) are handed out.
+    """
     hosts = kube.list(METAL3, "BareMetalHost")
     namespace_labels = {
         ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")
@@ -69,11 +83,21 @@ def provision_hosts(
         for h in ours
         if (not keys or _key(h) in keys) and (not namespaces or h["metadata"]["namespace"] in namespaces)
     ]
-    results = []
-    for host in sorted(selected, key=_key):
-        result = _advance(kube, host, options, timestamp, check_mode, slot_free=busy < options.max_concurrent)
-        busy += _busy(result["state"]) - _busy(result["previous"])
-        results.append(result)
+    run_connections = connections or Connections(options)
+    try:
+        works = [_Work(host, timestamp) for host in sorted(selected, key=_key)]
+        _in_parallel(options.workers, works, lambda work: _observe_host(kube, work, options, run_connections))
+        for work in works:
+            if work.result.get("skipped"):
+                continue
+            work.ctx.slot_free = busy < options.max_concurrent
+            work.step = work.failure or machine.decide(work.host, work.observed, work.ctx)
+            busy += _busy(work.step.state) - _busy(work.result["previous"])
+        _in_parallel(options.workers, works, lambda work: _finish_host(kube, work, options, check_mode))
+    finally:
+        if connections is None:
+            run_connections.close()
+    results = [work.result for work in works]
     requeues = [r["requeue_after"] for r in results if r.get("requeue_after") is not None]
     return {
         "changed": any(r["changed"] for r in results),
@@ -82,6 +106,17 @@ def provision_hosts(
         "redfish_requests": sum(r["redfish_requests"] for r in results),
         "states": _count_states(results),
     }
+
+
+def _in_parallel(workers: int, works: list, task) -> None:
+    """task(work) for every work, at most `workers` at once; the first exception is raised."""
+    if workers <= 1 or len(works) <= 1:
+        for work in works:
+            task(work)
+        return
+    with ThreadPoolExecutor(max_workers=min(workers, len(works))) as pool:
+        for _done in pool.map(task, works):
+            pass
 
 
 def _key(host: dict) -> tuple[str, str]:
@@ -99,62 +134,143 @@ def _count_states(results: list[dict]) -> dict:
     return counts
 
 
-class _Bmc:
-    """A Redfish client made on first use, so hosts that need no BMC call cost no connection."""
+class Connections:
+    """The Redfish clients of one module run, one per host and BMC credentials.
 
-    def __init__(self, host: dict, credentials: dict, options: Options):
-        self._host = host
-        self._credentials = credentials
+    A host's later steps in the same run (the `wait` loop) reuse its connection: no second
+    read of the service root and no second login. A client that failed is dropped, so the
+    next step connects afresh.
+    """
+
+    def __init__(self, options: Options):
         self._options = options
-        self._client = None
+        self._clients: dict = {}
+        self._lock = threading.Lock()
 
-    @property
-    def client(self) -> RedfishClient:
-        if self._client is None:
-            bmc = self._host["spec"]["bmc"]
-            self._client = RedfishClient(
+    def client(self, key: tuple, host: dict, credentials: dict) -> RedfishClient:
+        with self._lock:
+            client = self._clients.get(key)
+        if client is None:
+            bmc = host["spec"]["bmc"]
+            client = RedfishClient(
                 parse_bmc_address(bmc["address"]),
-                self._credentials["username"],
-                self._credentials["password"],
+                credentials["username"],
+                credentials["password"],
                 verify_tls=not bmc.get("disableCertificateVerification", False),
                 timeout=self._options.redfish_timeout,
                 retries=self._options.redfish_retries,
             )
+            with self._lock:
+                self._clients[key] = client
+        return client
+
+    def drop(self, key: tuple) -> None:
+        with self._lock:
+            client = self._clients.pop(key, None)
+        if client is not None:
+            client.close()
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+
+
+class _Bmc:
+    """One host's Redfish client for one step, taken from the run's Connections on first use."""
+
+    def __init__(self, host: dict, credentials: dict, connections: Connections):
+        self._host = host
+        self._credentials = credentials
+        self._connections = connections
+        bmc = host["spec"].get("bmc") or {}
+        password = credentials.get("password", "").encode()
+        # The password's digest, not the password, tells a rotated Secret's connection from the old one.
+        self._key = (
+            *_key(host),
+            bmc.get("address"),
+            bool(bmc.get("disableCertificateVerification")),
+            credentials.get("username"),
+            hashlib.sha256(password).hexdigest(),
+        )
+        self._client = None
+        self._requests_before = 0
+
+    @property
+    def client(self) -> RedfishClient:
+        if self._client is None:
+            self._client = self._connections.client(self._key, self._host, self._credentials)
+            self._requests_before = self._client.requests
         return self._client
 
     @property
     def requests(self) -> int:
-        return self._client.requests if self._client is not None else 0
+        """Requests sent for this step."""
+        return self._client.requests - self._requests_before if self._client is not None else 0
 
-    def close(self) -> None:
+    def failed(self) -> None:
+        """The client hit an error: the next step connects afresh."""
         if self._client is not None:
-            self._client.close()
+            self._connections.drop(self._key)
 
 
-def _advance(kube, host: dict, options: Options, timestamp: str, check_mode: bool, slot_free: bool) -> dict:
-    namespace, name = _key(host)
-    previous = machine.state_of(host)
-    result = {"namespace": namespace, "name": name, "previous": previous, "state": previous, "changed": False}
-    ctx = machine.Context(now=timestamp, settings=options.settings, slot_free=slot_free, new_token=media.new_token())
-    result["redfish_requests"] = 0
-    wait = machine.waiting_for_backoff(host, ctx)
+@dataclasses.dataclass
+class _Work:
+    """One host's step in flight: what was read, what the machine decided, what came of it."""
+
+    host: dict
+    timestamp: str
+    result: dict = dataclasses.field(default_factory=dict)
+    ctx: machine.Context | None = None
+    bmc: _Bmc | None = None
+    observed: dict = dataclasses.field(default_factory=dict)
+    failure: machine.Step | None = None  # reading the BMC failed: this is the step
+    step: machine.Step | None = None
+
+    def __post_init__(self):
+        namespace, name = _key(self.host)
+        previous = machine.state_of(self.host)
+        self.result = {
+            "namespace": namespace,
+            "name": name,
+            "previous": previous,
+            "state": previous,
+            "changed": False,
+            "redfish_requests": 0,
+        }
+
+
+def _observe_host(kube, work: _Work, options: Options, connections: Connections) -> None:
+    """Read what the machine needs for this host: its BMC Secret, then Redfish (or why not)."""
+    host = work.host
+    work.ctx = machine.Context(now=work.timestamp, settings=options.settings, new_token=media.new_token())
+    wait = machine.waiting_for_backoff(host, work.ctx)
     if wait > 0 and not host["metadata"].get("deletionTimestamp"):
-        result.update(skipped="backing off after an error", requeue_after=wait)
-        return result
-    credentials = _credentials(kube, host, ctx)
-    bmc = _Bmc(host, credentials, options)
+        work.result.update(skipped="backing off after an error", requeue_after=wait)
+        return
+    credentials = _credentials(kube, host, work.ctx)
+    work.bmc = _Bmc(host, credentials, connections)
     try:
-        step = _observe_and_decide(host, bmc, ctx, options)
-        if not check_mode:
-            step = _carry_out(kube, host, step, bmc, ctx, options)
-    finally:
-        bmc.close()
-    result["redfish_requests"] = bmc.requests
+        work.observed = _observe(host, work.bmc, work.ctx, options)
+    except RedfishError as error:
+        work.bmc.failed()
+        work.failure = _redfish_failure(host, error, work.ctx)
+
+
+def _finish_host(kube, work: _Work, options: Options, check_mode: bool) -> None:
+    """Carry out the decided step on the BMC and media, then write the host."""
+    if work.step is None:
+        return
+    result, host, step = work.result, work.host, work.step
+    if not check_mode and work.failure is None:
+        step = _carry_out(kube, host, step, work.bmc, work.ctx, options)
+    result["redfish_requests"] = work.bmc.requests
     try:
-        result["changed"] = _write(kube, host, step, timestamp, check_mode)
+        result["changed"] = _write(kube, host, step, work.timestamp, check_mode)
     except ConflictError as error:
-        result.update(state=previous, conflict=str(error), requeue_after=1)
-        return result
+        result.update(conflict=str(error), requeue_after=1)
+        return
     result["state"] = step.state
     result["actions"] = [_describe_action(a) for a in step.actions]
     if step.requeue_after is not None:
@@ -163,7 +279,6 @@ def _advance(kube, host: dict, options: Options, timestamp: str, check_mode: boo
         result["skipped"] = step.skipped
     if step.status.get("operationalStatus") == "error":
         result["error"] = step.status["errorMessage"]
-    return result
 
 
 def _credentials(kube, host: dict, ctx: machine.Context) -> dict:
@@ -191,14 +306,6 @@ def _credentials(kube, host: dict, ctx: machine.Context) -> dict:
         return {}
     ctx.credentials_version = secret["metadata"]["resourceVersion"]
     return {key: base64.b64decode(data[key]).decode("utf-8", "replace").strip() for key in ("username", "password")}
-
-
-def _observe_and_decide(host: dict, bmc: _Bmc, ctx: machine.Context, options: Options) -> machine.Step:
-    try:
-        observed = _observe(host, bmc, ctx, options)
-    except RedfishError as error:
-        return _redfish_failure(host, error, ctx)
-    return machine.decide(host, observed, ctx)
 
 
 def _observe(host: dict, bmc: _Bmc, ctx: machine.Context, options: Options) -> dict:
@@ -264,6 +371,8 @@ def _carry_out(kube, host: dict, step: machine.Step, bmc: _Bmc, ctx: machine.Con
             elif verb == "withdraw" and options.media_dir and action[1]:
                 media.withdraw(options.media_dir, action[1])
     except (RedfishError, ValueError) as error:
+        if isinstance(error, RedfishError):
+            bmc.failed()
         for token in published:
             media.withdraw(options.media_dir, token)
         failure = (
@@ -441,6 +550,7 @@ ARG_SPEC = {
     "redfish_timeout": {"type": "float", "default": 10},
     "redfish_retries": {"type": "int", "default": 1},
     "wait": {"type": "float", "default": 0},
+    "workers": {"type": "int", "default": 8},
     **AUTH_ARG_SPEC,
 }
 
@@ -460,35 +570,100 @@ def options_from(params: dict) -> Options:
         max_concurrent=params["max_concurrent"],
         redfish_timeout=params["redfish_timeout"],
         redfish_retries=params["redfish_retries"],
+        workers=params["workers"],
     )
 
 
 def run_module(module) -> None:
-    """The bmh_redfish module: steps until settled (or one step), then exit with the last run's result."""
+    """The bmh_redfish module: one step per host, or, with `wait`, steps until the hosts settle.
+
+    While waiting, a host is stepped again only when its own requeue_after has passed, and
+    only hosts that still want a step are listed: a settled host costs nothing more.
+    """
     if KUBERNETES_IMPORT_ERROR:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
     if SUSHY_IMPORT_ERROR:
         module.fail_json(msg=missing_required_lib("sushy"), exception=SUSHY_IMPORT_ERROR)
     params = module.params
-    if params["max_concurrent"] < 1:
-        module.fail_json(msg="max_concurrent must be at least 1")
+    for name in ("max_concurrent", "workers"):
+        if params[name] < 1:
+            module.fail_json(msg=f"{name} must be at least 1")
     options = options_from(params)
     deadline = time.monotonic() + max(0.0, params["wait"])
+    settling = Settling()
     changed = False
     steps = requests = 0
+    pending = params["hosts"]
+    connections = Connections(options)
     try:
         kube = Kube(params)
         while True:
-            result = provision_hosts(kube, params["hosts"], params["namespaces"], options, now(), module.check_mode)
+            result = provision_hosts(
+                kube, pending, params["namespaces"], options, now(), module.check_mode, connections
+            )
             changed = changed or result["changed"]
             requests += result["redfish_requests"]
             steps += 1
-            pause = result["requeue_after"]
-            if module.check_mode or pause is None or time.monotonic() + pause > deadline:
+            settling.record(result["hosts"], pending, time.monotonic())
+            next_at = settling.next_at()
+            if module.check_mode or next_at is None or next_at > deadline:
                 break
-            time.sleep(pause)
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            pending = settling.due_now(time.monotonic())
     except KubeError as error:
         module.fail_json(msg=str(error))
-    # Across all steps of this run; the per-host entries are the last step's.
-    result.update(changed=changed, steps=steps, redfish_requests=requests)
-    module.exit_json(**result)
+    finally:
+        connections.close()
+    hosts = settling.hosts()
+    module.exit_json(
+        changed=changed,
+        hosts=hosts,
+        states=_count_states(hosts),
+        requeue_after=settling.requeue_after(time.monotonic()),
+        redfish_requests=requests,
+        steps=steps,
+    )
+
+
+class Settling:
+    """The `wait` loop's bookkeeping: each host's figures for the run, and when it wants its next step."""
+
+    def __init__(self):
+        self._latest: dict = {}  # (namespace, name) -> the run's result for the host
+        self._due: dict = {}  # hosts that want another step -> when (a monotonic time)
+
+    def record(self, results: list[dict], asked: list[dict] | None, moment: float) -> None:
+        stepped = set()
+        for result in results:
+            key = (result["namespace"], result["name"])
+            stepped.add(key)
+            earlier = self._latest.get(key)
+            if earlier is not None:  # the run's figures for the host, with its last step's outcome
+                result = {
+                    **result,
+                    "previous": earlier["previous"],
+                    "changed": earlier["changed"] or result["changed"],
+                    "redfish_requests": earlier["redfish_requests"] + result["redfish_requests"],
+                }
+            self._latest[key] = result
+            if result.get("requeue_after") is None:
+                self._due.pop(key, None)
+            else:
+                self._due[key] = moment + result["requeue_after"]
+        for item in asked or []:
+            # Asked for but not stepped: deleted, or handed to another provisioner meanwhile.
+            if (item["namespace"], item["name"]) not in stepped:
+                self._due.pop((item["namespace"], item["name"]), None)
+
+    def next_at(self) -> float | None:
+        return min(self._due.values()) if self._due else None
+
+    def due_now(self, moment: float) -> list[dict]:
+        return [{"namespace": key[0], "name": key[1]} for key, at in sorted(self._due.items()) if at <= moment]
+
+    def requeue_after(self, moment: float) -> float | None:
+        next_at = self.next_at()
+        return None if next_at is None else round(max(0.0, next_at - moment), 3)
+
+    def hosts(self) -> list[dict]:
+        return [self._latest[key] for key in sorted(self._latest)]

@@ -103,8 +103,16 @@ options:
     description:
       - Repeat steps until no host needs another one soon, or this many seconds have passed
         (0 runs one step per host).
+      - While waiting, a host is stepped again only once its own RV(hosts[].requeue_after) has passed,
+        and its BMC connection (service root, login) is reused from step to step.
     type: float
     default: 0
+  workers:
+    description:
+      - How many hosts are read and driven at once. Redfish requests to different BMCs overlap;
+        the provisioning slots of O(max_concurrent) are still handed out one host at a time, in name order.
+    type: int
+    default: 8
 requirements:
   - sushy >= 5
   - pycdlib (for disk images and cleaning)
@@ -151,7 +159,7 @@ hosts:
       description: The provisioning state before this run.
       type: str
     state:
-      description: The provisioning state after this run.
+      description: The provisioning state after this run (its last step).
       type: str
     actions:
       description: What was done on the BMC and the media server (no URLs or tokens).
@@ -169,10 +177,10 @@ hosts:
       description: Seconds after which the host wants another step.
       type: float
     redfish_requests:
-      description: HTTP requests made to the host's BMC.
+      description: HTTP requests made to the host's BMC in this run.
       type: int
     changed:
-      description: Whether anything was done or written for this host.
+      description: Whether anything was done or written for this host in this run.
       type: bool
 states:
   description: How many of the considered hosts are in each provisioning state.
@@ -184,6 +192,10 @@ requeue_after:
   type: float
 redfish_requests:
   description: HTTP requests made to all BMCs in this run.
+  returned: always
+  type: int
+steps:
+  description: How many steps the run made (1 without O(wait)).
   returned: always
   type: int
 """
