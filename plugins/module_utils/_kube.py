@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import traceback
 
 try:
@@ -62,12 +63,16 @@ class Kube:
             raise KubeError(f"cannot build a Kubernetes client: {error}") from error
         self._timeout = params.get("request_timeout", 30)
         self._resources: dict = {}
+        # Threads share a Kube (bmh_redfish steps hosts in parallel); discovery, which may
+        # rewrite its cache file, runs once per kind under this lock. Requests need no lock.
+        self._resources_lock = threading.Lock()
 
     def _resource(self, api_version: str, kind: str):
         key = (api_version, kind)
-        if key not in self._resources:
-            self._resources[key] = self._dynamic.resources.get(api_version=api_version, kind=kind)
-        return self._resources[key]
+        with self._resources_lock:
+            if key not in self._resources:
+                self._resources[key] = self._dynamic.resources.get(api_version=api_version, kind=kind)
+            return self._resources[key]
 
     def list(
         self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
