@@ -254,17 +254,8 @@ class FaultProxy:
                     status, response_headers, data = proxy._forward(self.command, self.path, headers, body)
                 except OSError:
                     return self._answer_error(502)
-                self.send_response(status)
-                for name, value in response_headers:
-                    if name.lower() not in _HOP_BY_HOP:
-                        self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Connection", "close")
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-                self.close_connection = True
-                return None
+                kept = [(name, value) for name, value in response_headers if name.lower() not in _HOP_BY_HOP]
+                return self._send(status, kept, data)
 
             def _answer_error(self, status: int):
                 message = f"fault injected by the test proxy: HTTP {status}"
@@ -277,10 +268,16 @@ class FaultProxy:
                         }
                     }
                 ).encode()
-                self.send_response(status)
+                headers = [("Content-Type", "application/json")]
                 if status == 401:
-                    self.send_header("WWW-Authenticate", 'Basic realm="fault-proxy"')
-                self.send_header("Content-Type", "application/json")
+                    headers.append(("WWW-Authenticate", 'Basic realm="fault-proxy"'))
+                return self._send(status, headers, data)
+
+            def _send(self, status: int, headers: list, data: bytes):
+                """One answer, then the connection closes (no keep-alive to reason about in tests)."""
+                self.send_response(status)
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.send_header("Connection", "close")
                 self.end_headers()

@@ -593,12 +593,7 @@ def _provision_live_iso(host: dict, image: dict, observed: dict, ctx: Context, s
         step.annotations[OPERATION_ANNOTATION] = None
         return _ok(_provisioned_with(host, image, step, ctx), host)
     _insert(observed, CD, image["url"], step)
-    _boot_once_from_cd(host, observed, step)
-    op = _power_into_media(observed, op, step)
-    if op != operation(host):
-        step.annotations[OPERATION_ANNOTATION] = json.dumps(op, sort_keys=True)
-    step.requeue_after = 2
-    return _ok(step, host)
+    return _boot_into_media(host, op, observed, step, requeue_after=2)
 
 
 def _provisioned_with(host: dict, image: dict, step: Step, ctx: Context) -> Step:
@@ -634,11 +629,16 @@ def _boot_writer(host: dict, op: dict, observed: dict, ctx: Context, step: Step)
     """Boot the image writer: deploy ISO as CD, the operation's config drive beside it, once, powered."""
     _insert(observed, CD, ctx.settings.deploy_iso_url, step)
     _insert(observed, CONFIG_DEVICE, config_drive_url(ctx.settings, op["token"]), step)
+    return _boot_into_media(host, op, observed, step, requeue_after=5)
+
+
+def _boot_into_media(host: dict, op: dict, observed: dict, step: Step, requeue_after: float) -> Step:
+    """With the media inserted: a one-time boot from CD, power on (or reset), the operation recorded."""
     _boot_once_from_cd(host, observed, step)
     op = _power_into_media(observed, op, step)
     if op != operation(host):
         step.annotations[OPERATION_ANNOTATION] = json.dumps(op, sort_keys=True)
-    step.requeue_after = 5
+    step.requeue_after = requeue_after
     return _ok(step, host)
 
 
