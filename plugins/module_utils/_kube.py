@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import traceback
@@ -66,6 +67,16 @@ class Kube:
         # Threads share a Kube (bmh_redfish steps hosts in parallel); discovery, which may
         # rewrite its cache file, runs once per kind under this lock. Requests need no lock.
         self._resources_lock = threading.Lock()
+        # Requests sent, by verb (list, get, create, replace, patch, delete): what a run cost.
+        self.calls: collections.Counter = collections.Counter()
+
+    def _count(self, verb: str) -> None:
+        with self._resources_lock:  # bmh_redfish's workers share this client
+            self.calls[verb] += 1
+
+    def writes(self) -> int:
+        """Requests sent that change something."""
+        return sum(n for verb, n in self.calls.items() if verb not in ("list", "get"))
 
     def _resource(self, api_version: str, kind: str):
         key = (api_version, kind)
@@ -78,6 +89,7 @@ class Kube:
         self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
     ) -> list[dict]:
         """Every object of a kind (in a namespace or cluster-wide, matching label_selector if given) in one request."""
+        self._count("list")
         try:
             result = self._resource(api_version, kind).get(
                 namespace=namespace, label_selector=label_selector, _request_timeout=self._timeout
@@ -88,6 +100,7 @@ class Kube:
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
         """One object, or None when it does not exist."""
+        self._count("get")
         try:
             result = self._resource(api_version, kind).get(
                 name=name, namespace=namespace, _request_timeout=self._timeout
@@ -100,6 +113,7 @@ class Kube:
 
     def replace(self, obj: dict) -> dict:
         """Write the whole object; its metadata.resourceVersion makes this a compare-and-swap."""
+        self._count("replace")
         api_version, kind = obj["apiVersion"], obj["kind"]
         meta = obj["metadata"]
         try:
@@ -116,6 +130,7 @@ class Kube:
 
     def patch_status(self, obj: dict, status: dict) -> dict:
         """Merge-patch the status subresource, guarded by the object's resourceVersion."""
+        self._count("patch")
         api_version, kind = obj["apiVersion"], obj["kind"]
         meta = obj["metadata"]
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
@@ -136,6 +151,7 @@ class Kube:
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
         """Delete one object; one already gone is fine."""
+        self._count("delete")
         try:
             self._resource(api_version, kind).delete(name=name, namespace=namespace, _request_timeout=self._timeout)
         except ApiException as error:
@@ -143,6 +159,7 @@ class Kube:
                 raise KubeError(_describe(error, f"delete {kind} {name}", namespace)) from error
 
     def create(self, obj: dict) -> dict:
+        self._count("create")
         try:
             result = self._resource(obj["apiVersion"], obj["kind"]).create(
                 body=obj, namespace=obj["metadata"].get("namespace"), _request_timeout=self._timeout
