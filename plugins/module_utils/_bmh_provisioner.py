@@ -23,9 +23,9 @@ from concurrent.futures import ThreadPoolExecutor
 from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _bmh_machine as machine
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _media as media
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._events import record as event
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._conditions import now
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._configdrive import build_config_drive
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._events import record as event
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import (
     AUTH_ARG_SPEC,
     KUBERNETES_IMPORT_ERROR,
