@@ -12,16 +12,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _metal3 as metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._selectors import SelectorError, matches, validate
 
-CLAIM_API_VERSION = "metal3.io/v1alpha1"
 CLAIM_KIND = "HostClaim"
 DEFAULT_CLAIM_KIND = "baremetal"
 FINALIZER = "metal3.io/hostclaim"
-PAUSED_ANNOTATION = "baremetalhost.metal3.io/paused"
-FREE_STATES = ("available", "ready")
-# Hosts carry their failure domain in the well-known zone label.
-FAILURE_DOMAIN_LABEL = "topology.kubernetes.io/zone"
+# A host's failure domain: Cluster API's label (what Metal3 users set), else the well-known zone label.
+FAILURE_DOMAIN_LABELS = ("infrastructure.cluster.x-k8s.io/failure-domain", "topology.kubernetes.io/zone")
 
 # Association reasons (the user guide's names).
 ASSOCIATED = "BareMetalHostAssociated"
@@ -39,7 +37,7 @@ def key(obj: dict) -> tuple[str, str]:
 def claim_ref(claim: dict) -> dict:
     meta = claim["metadata"]
     return {
-        "apiVersion": CLAIM_API_VERSION,
+        "apiVersion": metal3.API_VERSION,
         "kind": CLAIM_KIND,
         "namespace": meta["namespace"],
         "name": meta["name"],
@@ -75,14 +73,19 @@ def why_not_free(host: dict) -> str | None:
         return "already consumed"
     if meta.get("deletionTimestamp"):
         return "being deleted"
-    if PAUSED_ANNOTATION in (meta.get("annotations") or {}):
+    if metal3.PAUSED_ANNOTATION in (meta.get("annotations") or {}):
         return "paused"
     if status.get("errorType"):
         return f"in error ({status['errorType']})"
     state = (status.get("provisioning") or {}).get("state", "")
-    if state not in FREE_STATES:
+    if state not in metal3.FREE_STATES:
         return f"in state {state or 'unknown'!r}"
     return None
+
+
+def failure_domain(host: dict) -> str | None:
+    labels = (host.get("metadata") or {}).get("labels") or {}
+    return next((labels[label] for label in FAILURE_DOMAIN_LABELS if labels.get(label)), None)
 
 
 def _spread(claim: dict, host: dict) -> str:
@@ -102,12 +105,12 @@ class Plan:
     candidates: list[dict] = field(default_factory=list)  # bind: in order of preference
     reason: str = ""  # refuse/skip: Association reason; bind: MISSING_HOST when its host vanished
     message: str = ""
-    namespaces: list[str] = field(default_factory=list)  # bind: where candidates were looked for
     extra_hosts: list[dict] = field(default_factory=list)  # keep: other hosts naming the claim, to give back
     stale_status: bool = False  # the claim's status names a host that is not its own
 
-    def no_host_message(self, namespaces: list[str]) -> str:
-        return f"no free BareMetalHost matches the hostSelector in {', '.join(namespaces)}"
+    def no_host_message(self) -> str:
+        # Tenants read this: what they can act on, never the names of namespaces they cannot see.
+        return "no free BareMetalHost matches spec.hostSelector among the hosts this namespace may use"
 
 
 def plan(claim: dict, hosts: list[dict], authorized_namespaces: list[str]) -> Plan:
@@ -156,7 +159,7 @@ def plan(claim: dict, hosts: list[dict], authorized_namespaces: list[str]) -> Pl
     ]
     eligible.sort(
         key=lambda h: (
-            0 if domain and ((h.get("metadata") or {}).get("labels") or {}).get(FAILURE_DOMAIN_LABEL) == domain else 1,
+            0 if domain and failure_domain(h) == domain else 1,
             _spread(claim, h),
         )
     )
@@ -164,8 +167,7 @@ def plan(claim: dict, hosts: list[dict], authorized_namespaces: list[str]) -> Pl
     message = f"BareMetalHost {recorded_key[0]}/{recorded_key[1]} no longer exists" if missing else ""
     if not eligible:
         refused = Plan(claim, "refuse", reason=MISSING_HOST if missing else NO_HOST, stale_status=stale)
-        refused.message = (message + "; " if missing else "") + refused.no_host_message(allowed)
+        refused.message = (message + "; " if missing else "") + refused.no_host_message()
         return refused
     bind = Plan(claim, "bind", candidates=eligible, reason=reason, message=message, stale_status=stale)
-    bind.namespaces = allowed
     return bind

@@ -1,12 +1,13 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""hostclaim_bind: bind a batch of claims to hosts, race-free.
+"""hostclaim_bind: bind a batch of claims to hosts, race-free. I/O edge over _binding's plans.
 
-Reads every claim, host, policy and namespace once (one list call per kind), plans
-each claim with the pure _binding/_policy code, then commits in two phases: the
-host's consumerRef first, guarded by its resourceVersion (a concurrent binder that
-took the host makes this fail with a conflict, and we move on to the next
-candidate), then the claim's status.
+Reads every claim, host, policy and namespace once (one list call per kind), plans each
+claim with the pure _binding/_policy code, then commits in two phases: the claim's lock
+(its finalizer and this run's token, under its resourceVersion) and the host's
+consumerRef (under the host's resourceVersion: a concurrent binder that took the host
+makes this fail and we move on to the next candidate); the claim's status, written once
+at the end of the run and guarded by the lock's resourceVersion, is the commit point.
 """
 
 from __future__ import annotations
@@ -17,93 +18,20 @@ import random
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_run import namespace_labels
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import (
-    BINDING_ANNOTATION,
-    desired_status,
-    event,
     lock_for_binding,
+    locked_by_another,
     with_finalizer,
-    write_status,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3, ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._policy import evaluate_policies
 
 
-def select_claims(claims: list[dict], wanted: list[dict] | None) -> list[dict]:
-    """The claims named in `wanted` ({namespace, name}), or all; oldest first so earlier requests win."""
-    if wanted:
-        keys = {(w["namespace"], w["name"]) for w in wanted}
-        claims = [c for c in claims if binding.key(c) in keys]
-    return sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp") or "", binding.key(c)))
-
-
-def bound_claims(kube, wanted: list[dict] | None) -> list[tuple[dict, dict]]:
-    """(claim, its host) for each live claim of ours that a host's consumerRef names: one list call per kind."""
-    claims = select_claims(kube.list(METAL3, "HostClaim"), wanted)
-    claims = [
-        c
-        for c in claims
-        if not c["metadata"].get("deletionTimestamp") and binding.claim_kind(c) == binding.DEFAULT_CLAIM_KIND
-    ]
-    hosts = kube.list(METAL3, "BareMetalHost") if claims else []
-    pairs = []
-    for claim in claims:
-        own = sorted((h for h in hosts if binding.consumed_by(h, claim)), key=binding.key)
-        if own:
-            pairs.append((claim, own[0]))
-    return pairs
-
-
-def namespace_labels(kube) -> dict:
-    """namespace name -> its labels (what hasLabels in a policy is checked against), in one list call."""
-    return {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")}
-
-
-def step_each(pairs: list[tuple[dict, object]], step, refresh=None) -> dict:
-    """Run step(claim, what it needs) -> result for each pair; a conflict on one claim does not stop the others.
-
-    On a conflict, refresh(claim, what) may read both again (None: nothing left to do) for one
-    more try: steps are idempotent, and the object most often changed under us because a
-    concurrent run wrote what we were about to write.
-    """
-    results = []
-    for claim, needed in pairs:
-        try:
-            results.append(step(claim, needed))
-            continue
-        except ConflictError as error:
-            conflict = error
-        fresh = refresh(claim, needed) if refresh else None
-        if fresh is not None:
-            try:
-                results.append(step(*fresh))
-                continue
-            except ConflictError as error:
-                conflict = error
-        namespace, name = binding.key(claim)
-        results.append(
-            {"namespace": namespace, "name": name, "state": "conflict", "message": str(conflict), "changed": False}
-        )
-    return {"changed": any(r["changed"] for r in results), "claims": results}
-
-
-def reread_bound(kube):
-    """A step_each refresh for (claim, host) pairs: both read again, None when they are no longer bound."""
-
-    def reread(claim: dict, host: dict):
-        namespace, name = binding.key(claim)
-        fresh_claim = kube.get(METAL3, "HostClaim", name, namespace)
-        fresh_host = kube.get(METAL3, "BareMetalHost", binding.key(host)[1], binding.key(host)[0])
-        if fresh_claim is None or fresh_host is None or fresh_claim["metadata"].get("deletionTimestamp"):
-            return None
-        return (fresh_claim, fresh_host) if binding.consumed_by(fresh_host, fresh_claim) else None
-
-    return reread
-
-
-def bind_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: bool) -> dict:
+def bind_claims(run) -> dict:
     """Bind the claims oldest first, in one pass; see _next_after_conflict for concurrent binders."""
-    claims = select_claims(kube.list(METAL3, "HostClaim"), wanted)
+    kube = run.kube
+    claims = run.claims()
     order = {binding.key(c): index for index, c in enumerate(claims)}
     hosts = kube.list(METAL3, "BareMetalHost")
     policies = kube.list(METAL3, "HostDeployPolicy")
@@ -113,7 +41,7 @@ def bind_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: boo
     pending = list(claims)
     while pending:
         claim = pending.pop(0)
-        if _locked_by_another(claim, timestamp):
+        if locked_by_another(claim, run.first_seen.get(binding.key(claim)), run.token):
             namespace, name = binding.key(claim)
             skipped = {"namespace": namespace, "name": name, "action": "skip", "host": None, "changed": False}
             skipped.update(reason="BindingElsewhere", message="another binder is working on this claim")
@@ -122,7 +50,7 @@ def bind_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: boo
         namespace = claim["metadata"]["namespace"]
         authorized, _decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
         plan = binding.plan(claim, list(hosts_by_key.values()), authorized)
-        results.append(_commit(kube, plan, hosts_by_key, timestamp, check_mode))
+        results.append(_commit(run, plan, hosts_by_key))
         if results[-1]["action"] == "conflict" and pending:
             pending, hosts_by_key = _next_after_conflict(kube, pending)
     results.sort(key=lambda r: order[(r["namespace"], r["name"])])
@@ -135,18 +63,12 @@ def bind_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: boo
     }
 
 
-def _locked_by_another(claim: dict, started: str) -> bool:
-    """Whether another binder stamped the claim since this run started (this run stamps each claim once)."""
-    stamp = (claim["metadata"].get("annotations") or {}).get(BINDING_ANNOTATION, "")
-    return stamp >= started
-
-
 def _next_after_conflict(kube, pending: list[dict]) -> tuple[list[dict], dict]:
     """(claims still to do, hosts by key) after a claim conflict: another binder is walking the same claims.
 
     Concurrent binders listed the same claims and walk them in the same order, so after one
     collision they would keep colliding on every claim. Re-read what the others did (their
-    stamps make us skip claims they hold), then jump to a random point of what is left: the
+    locks make us skip claims they hold), then jump to a random point of what is left: the
     binders spread over the list and meet again only where their parts join.
     """
     relist = getattr(kube, "relist", kube.list)  # a caching client must go to the server here
@@ -157,7 +79,7 @@ def _next_after_conflict(kube, pending: list[dict]) -> tuple[list[dict], dict]:
     return pending[start:] + pending[:start], hosts_by_key
 
 
-def _commit(kube, plan: binding.Plan, hosts_by_key: dict, timestamp: str, check_mode: bool) -> dict:
+def _commit(run, plan: binding.Plan, hosts_by_key: dict) -> dict:
     claim = plan.claim
     namespace, name = binding.key(claim)
     result = {"namespace": namespace, "name": name, "action": plan.action, "host": None, "changed": False}
@@ -165,14 +87,15 @@ def _commit(kube, plan: binding.Plan, hosts_by_key: dict, timestamp: str, check_
         result["reason"] = plan.reason
         return result
     try:
-        return _commit_claim(kube, plan, hosts_by_key, timestamp, check_mode, result)
+        return _commit_claim(run, plan, hosts_by_key, result)
     except ConflictError as error:
         # Another reconcile is working on this claim right now; it will be seen again.
-        result.update(action="conflict", reason="Conflict", message=str(error), changed=True)
+        result.update(action="conflict", reason="Conflict", message=str(error), changed=False)
         return result
 
 
-def _commit_claim(kube, plan: binding.Plan, hosts_by_key: dict, timestamp: str, check_mode: bool, result: dict) -> dict:
+def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> dict:
+    kube, check_mode = run.kube, run.check_mode
     claim = plan.claim
     host = plan.host
     newly_bound = False
@@ -182,10 +105,10 @@ def _commit_claim(kube, plan: binding.Plan, hosts_by_key: dict, timestamp: str, 
             _give_back(kube, extra, check_mode)
             result["changed"] = True
     if plan.action == "bind":
-        claim = lock_for_binding(kube, claim, timestamp, check_mode)
+        claim = lock_for_binding(kube, claim, run.token, check_mode)
         result["changed"] = True
         if plan.reason == binding.MISSING_HOST:
-            event(kube, claim, "Warning", binding.MISSING_HOST, plan.message, timestamp, check_mode)
+            run.event(claim, "Warning", binding.MISSING_HOST, plan.message)
         host = _take_first_free(kube, claim, plan.candidates, hosts_by_key, check_mode)
         newly_bound = host is not None
     if host is not None:
@@ -196,26 +119,23 @@ def _commit_claim(kube, plan: binding.Plan, hosts_by_key: dict, timestamp: str, 
     else:
         reason, message = plan.reason, plan.message
         if plan.action == "bind":  # every candidate went to another claim (of this batch or a concurrent run)
-            reason, message = binding.NO_HOST, plan.no_host_message(plan.namespaces)
+            reason, message = binding.NO_HOST, plan.no_host_message()
         updates = {"hardwareData": None, "hostUID": None} if plan.stale_status else {}
         association = (cond.ASSOCIATION, "False", reason, message)
         result["reason"], result["message"] = reason, message
-    desired = desired_status(claim, updates, [association], timestamp)
     previous = cond.find((claim.get("status") or {}).get("conditions"), cond.ASSOCIATION) or {}
-    try:
-        wrote = write_status(kube, claim, desired, timestamp, check_mode)
-    except ConflictError:
-        if newly_bound:
-            # A concurrent binder wrote the claim after our lock: it may hold another host
-            # for it. Give ours back so the claim never owns two.
-            _give_back(kube, host, check_mode)
-        raise
-    result["changed"] = result["changed"] or newly_bound or wrote
-    # One Event per change of outcome, not one per reconcile.
+    run.book.note(claim, [association], updates, result=result)
+    result["changed"] = result["changed"] or newly_bound
     if newly_bound:
-        event(kube, claim, "Normal", "Bound", f"bound to BareMetalHost {result['host']}", timestamp, check_mode)
+        bound_to = result["host"]
+        run.book.committing(
+            claim,
+            give_back=lambda: _give_back(kube, host, check_mode),
+            on_commit=lambda: run.event(claim, "Normal", "Bound", f"bound to BareMetalHost {bound_to}"),
+        )
     elif host is None and previous.get("reason") != association[2]:
-        event(kube, claim, "Warning", association[2], association[3], timestamp, check_mode)
+        # One Event per change of outcome, not one per reconcile.
+        run.event(claim, "Warning", association[2], association[3])
     return result
 
 

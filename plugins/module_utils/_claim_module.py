@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_run import ClaimRun
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._conditions import now
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import (
     AUTH_ARG_SPEC,
@@ -23,12 +24,13 @@ CLAIMS_ARG_SPEC = {
 
 
 def run_claim_step(step) -> None:
-    """Run step(kube, claims, timestamp, check_mode) -> result dict as an Ansible module, and exit."""
+    """Run step(ClaimRun) -> result dict as an Ansible module (statuses written once, at the end), and exit."""
     module = AnsibleModule(argument_spec={**CLAIMS_ARG_SPEC, **AUTH_ARG_SPEC}, supports_check_mode=True)
     if KUBERNETES_IMPORT_ERROR:
         module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
     try:
-        result = step(Kube(module.params), module.params["claims"], now(), module.check_mode)
+        run = ClaimRun(Kube(module.params), module.params["claims"], now(), module.check_mode)
+        result = run.finish(step(run))
     except KubeError as error:
         module.fail_json(msg=str(error))
     module.exit_json(**result)

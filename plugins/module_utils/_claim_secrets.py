@@ -1,11 +1,12 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""hostclaim_secrets: copy a bound claim's userData/metaData/networkData Secrets beside its host.
+"""Copies of a bound claim's userData/metaData/networkData Secrets beside its host. Pure.
 
 A reference is only ever read in the claim's own namespace: a tenant naming another
 namespace (say, the BMC credentials Secret of the infra namespace) is refused before
 anything is read. Copies are named ``<host>-userdata`` / ``-metadata`` / ``-networkdata``,
-owned by the host (never the tenant's Secret), and followed by the host's refs.
+owned by the host (never the tenant's Secret), labelled as ours, and followed by the
+host's refs. A Secret of a copy's name that is not labelled as ours is never touched.
 """
 
 from __future__ import annotations
@@ -13,26 +14,15 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _conditions as cond
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import (
-    bound_claims,
-    reread_bound,
-    step_each,
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_release import DATA_ROLES, copied_secret_name
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import (
-    desired_status,
-    event,
-    write_status,
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_sync import IMAGE_CHANGE_REJECTED, image_plan
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3, AlreadyExistsError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._metal3 import API_VERSION, DATA_ROLES
 
 COPY_OF_LABEL = "metalclaim.io/copy-of-claim"
 SYNCED = "ConfigurationSynced"
 CROSS_NAMESPACE = "CrossNamespaceReference"
+COPY_NAME_TAKEN = "CopyNameTaken"
 
 # Largest decoded value copied per role, in bytes. userData carries cloud-init or Ignition
 # (kubeadm bootstrap data with embedded certificates runs to a few hundred KiB); metaData
@@ -43,6 +33,16 @@ SIZE_LIMITS = {"userData": 512 * 1024, "metaData": 64 * 1024, "networkData": 64 
 # Only plain data Secrets are copied. Any other type (service-account-token, dockerconfigjson,
 # tls, basic-auth, ...) holds credentials a tenant must not ship to an infra namespace by accident.
 COPYABLE_TYPES = ("", "Opaque")
+
+
+def copied_secret_name(host_name: str, role: str) -> str:
+    """Where the claim layer copies a tenant's data Secret, beside the host (the guide's names)."""
+    return f"{host_name}-{role.lower()}"
+
+
+def ours(secret: dict | None) -> bool:
+    """Whether a Secret is a copy the claim layer made (and so may update or delete)."""
+    return bool(secret) and COPY_OF_LABEL in ((secret.get("metadata") or {}).get("labels") or {})
 
 
 def sync_failure(role: str) -> str:
@@ -122,7 +122,7 @@ def copy_object(claim: dict, host: dict, role: str, data: dict) -> dict:
             "labels": {COPY_OF_LABEL: claim["metadata"]["uid"]},
             "ownerReferences": [
                 {
-                    "apiVersion": METAL3,
+                    "apiVersion": API_VERSION,
                     "kind": "BareMetalHost",
                     "name": host_name,
                     "uid": host["metadata"]["uid"],
@@ -133,89 +133,60 @@ def copy_object(claim: dict, host: dict, role: str, data: dict) -> dict:
     }
 
 
-def sync_secrets(kube, wanted: list[dict] | None, timestamp: str, check_mode: bool) -> dict:
-    pairs = bound_claims(kube, wanted)
-    # Our copies, one list call per infra namespace; tenant Secrets are only ever read by name
-    # (those the claim references, in the claim's own namespace).
-    copies = {}
-    for namespace in sorted({binding.key(host)[0] for _claim, host in pairs}):
-        for secret in kube.list("v1", "Secret", namespace, label_selector=COPY_OF_LABEL):
-            copies[binding.key(secret)] = secret
-    return step_each(
-        pairs, lambda claim, host: _sync(kube, claim, host, copies, timestamp, check_mode), reread_bound(kube)
-    )
+@dataclass
+class CopyPlan:
+    """What to write for one bound claim's data Secrets."""
+
+    create: list[dict] = field(default_factory=list)
+    replace: list[dict] = field(default_factory=list)
+    delete: list[str] = field(default_factory=list)  # names, in the host's namespace
+    host_spec: dict = field(default_factory=dict)  # the host's spec with its data refs following the copies
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (reason, message)
+    copies: list[str] = field(default_factory=list)  # namespace/name of each copy the host uses
 
 
-def _sync(kube, claim: dict, host: dict, copies: dict, timestamp: str, check_mode: bool) -> dict:
-    namespace, name = binding.key(claim)
+def plan_copies(claim: dict, host: dict, sources: dict, existing: dict) -> CopyPlan:
+    """Plan the copies for a bound claim.
+
+    sources: role -> the tenant Secret read for it (None when absent; roles with no readable
+    reference are left out); existing: role -> the Secret of the copy's name beside the host,
+    ours or not (None or left out when there is none).
+    """
     host_ns, host_name = binding.key(host)
-    result = {"namespace": namespace, "name": name, "host": f"{host_ns}/{host_name}", "changed": False, "copies": []}
-    failures: list[tuple[str, str]] = []
-    new_host = copy.deepcopy(host)
+    result = CopyPlan(host_spec=copy.deepcopy(host.get("spec") or {}))
     for role in DATA_ROLES:
-        source_name = wanted_source(claim, role)
-        source = kube.get("v1", "Secret", source_name, namespace) if source_name else None
-        data, reason, message = plan_role(claim, role, source)
+        data, reason, message = plan_role(claim, role, sources.get(role))
         copy_name = copied_secret_name(host_name, role)
-        existing = copies.get((host_ns, copy_name))
+        current = existing.get(role)
         if reason:
-            failures.append((reason, message))
+            result.failures.append((reason, message))
             continue  # keep what the host has: a bad edit must not take away a working config
         if data is None:
-            if existing is not None and (existing["metadata"].get("labels") or {}).get(COPY_OF_LABEL):
-                result["changed"] = True
-                if not check_mode:
-                    kube.delete("v1", "Secret", copy_name, host_ns)
-            if (new_host["spec"].get(role) or {}).get("name") == copy_name:
-                del new_host["spec"][role]
+            if ours(current):
+                result.delete.append(copy_name)
+            if (result.host_spec.get(role) or {}).get("name") == copy_name:
+                del result.host_spec[role]
+            continue
+        if current is not None and not ours(current):
+            result.failures.append(
+                (
+                    COPY_NAME_TAKEN,
+                    f"spec.{role}: the Secret {copy_name} beside BareMetalHost {host_name} was not made by "
+                    "metalclaim and is left alone; ask the infrastructure team to remove or rename it",
+                )
+            )
             continue
         desired = copy_object(claim, host, role, data)
-        if existing is None:
-            result["changed"] = True
-            # A Secret of that name that is not labelled as a copy (say, made by hand) is taken over.
-            existing = None if check_mode else _create_copy(kube, desired)
-        if existing is not None and (
-            existing.get("data") != data
-            or (existing["metadata"].get("labels") or {}).get(COPY_OF_LABEL) != claim["metadata"]["uid"]
-        ):
-            updated = copy.deepcopy(existing)
+        if current is None:
+            result.create.append(desired)
+        elif current.get("data") != data or (current["metadata"].get("labels") or {}).get(COPY_OF_LABEL) != claim[
+            "metadata"
+        ].get("uid"):
+            updated = copy.deepcopy(current)
             updated["data"] = data
             updated["metadata"]["labels"] = desired["metadata"]["labels"]
             updated["metadata"]["ownerReferences"] = desired["metadata"]["ownerReferences"]
-            result["changed"] = True
-            if not check_mode:
-                kube.replace(updated)
-        result["copies"].append(f"{host_ns}/{copy_name}")
-        new_host["spec"][role] = {"name": copy_name, "namespace": host_ns}
-    # Synchronization also covers the claim's spec: an image change the host cannot take now.
-    _image, problem = image_plan(claim, host)
-    if problem:
-        failures.append((IMAGE_CHANGE_REJECTED, problem))
-    if new_host["spec"] != host["spec"]:
-        result["changed"] = True
-        if not check_mode:
-            kube.replace(new_host)
-    if failures:
-        reason = failures[0][0]
-        sync = (cond.SYNCHRONIZATION, "False", reason, "; ".join(message for _reason, message in failures))
-    else:
-        sync = (cond.SYNCHRONIZATION, "True", SYNCED, "")
-    previous = cond.find((claim.get("status") or {}).get("conditions"), cond.SYNCHRONIZATION) or {}
-    wrote = write_status(kube, claim, desired_status(claim, {}, [sync], timestamp), timestamp, check_mode)
-    result["changed"] = result["changed"] or wrote
-    if failures and (previous.get("reason"), previous.get("message")) != (sync[2], sync[3]):
-        event(kube, claim, "Warning", sync[2], sync[3], timestamp, check_mode)
-    result["synchronized"] = not failures
-    if failures:
-        result["message"] = sync[3]
+            result.replace.append(updated)
+        result.copies.append(f"{host_ns}/{copy_name}")
+        result.host_spec[role] = {"name": copy_name, "namespace": host_ns}
     return result
-
-
-def _create_copy(kube, desired: dict) -> dict | None:
-    """Create a copy; None when done, else the Secret of that name not labelled as ours (to take over)."""
-    try:
-        kube.create(desired)
-    except AlreadyExistsError:
-        meta = desired["metadata"]
-        return kube.get("v1", "Secret", meta["name"], meta["namespace"])
-    return None

@@ -1,15 +1,21 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Writing what the claim layer decided: claim status, finalizer, Events. The I/O edge."""
+"""Writing what the claim layer decided: claim status (once per run), finalizer, binding lock.
+
+Steps do not write a claim's status themselves. Each one notes what it found in the run's
+StatusBook; the book computes the whole status (every condition, then Ready) and writes it
+in one merge patch, only when it differs. A tenant watching a claim sees at most one status
+update per run and no transient Ready.
+"""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _conditions as cond
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._binding import FINALIZER
-
-REPORTING_COMPONENT = "metalclaim"
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3, ConflictError
 
 
 def desired_status(claim: dict, updates: dict, conditions: list[tuple[str, str, str, str]], timestamp: str) -> dict:
@@ -20,11 +26,11 @@ def desired_status(claim: dict, updates: dict, conditions: list[tuple[str, str, 
     for type_, value, reason, message in conditions:
         current = cond.set_condition(current, type_, value, reason, message, generation, timestamp)
     current = cond.with_ready(current, generation, timestamp)
-    for field, value in updates.items():
+    for name, value in updates.items():
         if value is None:
-            status.pop(field, None)
+            status.pop(name, None)
         else:
-            status[field] = value
+            status[name] = value
     status["conditions"] = current
     status["observedGeneration"] = generation
     return status
@@ -34,87 +40,179 @@ def status_patch(claim: dict, desired: dict) -> dict | None:
     """A merge patch from the claim's status to `desired`, or None when they already agree."""
     current = claim.get("status") or {}
     patch = {}
-    for field in (set(current) | set(desired)) - {"lastUpdated"}:
-        if field == "conditions":
+    for name in (set(current) | set(desired)) - {"lastUpdated"}:
+        if name == "conditions":
             if not cond.same(current.get("conditions"), desired.get("conditions")):
                 patch["conditions"] = desired["conditions"]
-        elif current.get(field) != desired.get(field):
-            patch[field] = desired.get(field)  # None deletes the field in a merge patch
+        elif current.get(name) != desired.get(name):
+            patch[name] = desired.get(name)  # None deletes the field in a merge patch
     return patch or None
 
 
-def write_status(kube, claim: dict, desired: dict, timestamp: str, check_mode: bool) -> bool:
-    """Write the status when it differs; returns whether it did (or would)."""
-    patch = status_patch(claim, desired)
-    if patch is None:
-        return False
-    patch["lastUpdated"] = timestamp
-    if not check_mode:
-        kube.patch_status(claim, patch)
-    return True
+@dataclass
+class _Entry:
+    claim: dict  # the newest version of the claim this run knows (it follows the run's own writes)
+    conditions: dict = field(default_factory=dict)  # type -> (status, reason, message)
+    updates: dict = field(default_factory=dict)
+    # Set when this run took a host for the claim: the status write is then the commit point
+    # of the binding (guarded by the lock's resourceVersion); if it fails, give_back() runs.
+    give_back: object = None
+    results: list = field(default_factory=list)  # step results to mark when the write conflicts
+    on_commit: list = field(default_factory=list)  # callables run once the status is written (or was current)
+    written: bool = False
+
+
+class StatusBook:
+    """Each claim's status for one run: noted by the steps, written once by flush()."""
+
+    def __init__(self, kube, timestamp: str, check_mode: bool):
+        self._kube = kube
+        self._timestamp = timestamp
+        self._check_mode = check_mode
+        self._entries: dict[tuple[str, str], _Entry] = {}
+
+    def wrote(self, claim: dict) -> None:
+        """Remember a newer version of a claim: one this run wrote (as the API server returned it) or re-read."""
+        self._entry(claim).claim = claim
+
+    def note(
+        self,
+        claim: dict,
+        conditions: list[tuple[str, str, str, str]] = (),
+        updates: dict | None = None,
+        result: dict | None = None,
+    ) -> None:
+        """Record what a step found about `claim` (the newest version the step has); later notes win."""
+        entry = self._entry(claim)
+        entry.claim = claim
+        for type_, status, reason, message in conditions:
+            entry.conditions[type_] = (status, reason, message)
+        entry.updates.update(updates or {})
+        if result is not None:
+            entry.results.append(result)
+
+    def committing(self, claim: dict, give_back, on_commit) -> None:
+        """This run took a host for `claim`: its status write commits the binding (then on_commit()) or
+        give_back() undoes it."""
+        entry = self._entry(claim)
+        entry.give_back = give_back
+        entry.on_commit.append(on_commit)
+
+    def is_committing(self, claim: dict) -> bool:
+        entry = self._entries.get(binding.key(claim))
+        return bool(entry and entry.give_back is not None)
+
+    def desired(self, key: tuple[str, str]) -> dict:
+        entry = self._entries[key]
+        conditions = [(t, *v) for t, v in entry.conditions.items()]
+        return desired_status(entry.claim, entry.updates, conditions, self._timestamp)
+
+    def condition(self, claim: dict, type_: str) -> tuple[str, str, str] | None:
+        """What this run noted for a condition so far, or None."""
+        entry = self._entries.get(binding.key(claim))
+        return entry.conditions.get(type_) if entry else None
+
+    def flush(self, only: tuple[str, str] | None = None) -> dict:
+        """Write every noted claim's status that differs (or only one claim's); {key: changed | "conflict"}."""
+        outcome = {}
+        for key in [only] if only else sorted(self._entries):
+            entry = self._entries[key]
+            if entry.written:
+                continue
+            entry.written = True
+            outcome[key] = self._write(key, entry)
+            if outcome[key] != "conflict":
+                for then in entry.on_commit:
+                    then()
+        return outcome
+
+    def _write(self, key: tuple[str, str], entry: _Entry):
+        patch = status_patch(entry.claim, self.desired(key))
+        if patch is None:
+            return False
+        if self._check_mode:
+            return True
+        patch["lastUpdated"] = self._timestamp
+        try:
+            entry.claim = self._kube.patch_status(entry.claim, patch)
+            return True
+        except ConflictError as error:
+            conflict = error
+        if entry.give_back is None:
+            # Someone else wrote the claim since we read it. If its spec is unchanged, what this
+            # run found still holds: write it over the newer version, once.
+            fresh = self._kube.get(METAL3, "HostClaim", key[1], key[0])
+            if fresh is not None and fresh["metadata"].get("generation") == entry.claim["metadata"].get("generation"):
+                entry.claim = fresh
+                patch = status_patch(fresh, self.desired(key))
+                if patch is None:
+                    return False
+                patch["lastUpdated"] = self._timestamp
+                try:
+                    entry.claim = self._kube.patch_status(fresh, patch)
+                    return True
+                except ConflictError as error:
+                    conflict = error
+        else:
+            # A concurrent binder wrote the claim after our lock: it may hold another host
+            # for it. Give ours back so the claim never owns two.
+            entry.give_back()
+        for result in entry.results:
+            result.update(state="conflict", message=str(conflict), changed=False)
+            if "action" in result:  # a bind result: the host went back
+                result.update(action="conflict", host=None)
+        return "conflict"
+
+    def _entry(self, claim: dict) -> _Entry:
+        key = binding.key(claim)
+        if key not in self._entries:
+            self._entries[key] = _Entry(claim=claim)
+        return self._entries[key]
 
 
 BINDING_ANNOTATION = "metalclaim.io/binding-attempt"
 
 
-def lock_for_binding(kube, claim: dict, timestamp: str, check_mode: bool) -> dict:
-    """Write the claim (finalizer + attempt stamp) under its resourceVersion before taking a host.
+def lock_for_binding(kube, claim: dict, token: str, check_mode: bool) -> dict:
+    """Write the claim (finalizer + this run's token) under its resourceVersion before taking a host.
 
-    Binders that read the same claim version race on this write: at most one wins, and
-    the status written after the host is guarded by the winner's new resourceVersion, so
-    a claim can never end up owning two hosts. Raises ConflictError for the losers.
+    Binders that read the same claim version race on this write: at most one wins (the token
+    makes every run's write a real change, so the resourceVersion always moves), and the
+    status written after the host is guarded by the winner's new resourceVersion, so a claim
+    can never end up owning two hosts. Raises ConflictError for the losers.
     """
     if check_mode:
         return claim
     updated = copy.deepcopy(claim)
     meta = updated["metadata"]
     finalizers = meta.get("finalizers") or []
-    if FINALIZER not in finalizers:
-        meta["finalizers"] = [*finalizers, FINALIZER]
-    # The time of the lock itself (not of the run): a binder that started earlier skips claims
-    # stamped after its own start, which only a concurrent binder can have done.
-    meta.setdefault("annotations", {})[BINDING_ANNOTATION] = max(cond.now(), timestamp)
+    if binding.FINALIZER not in finalizers:
+        meta["finalizers"] = [*finalizers, binding.FINALIZER]
+    meta.setdefault("annotations", {})[BINDING_ANNOTATION] = token
     return kube.replace(updated)
+
+
+def locked_by_another(claim: dict, first_seen: dict | None, token: str) -> bool:
+    """Whether another binder is working on the claim right now.
+
+    It is when the claim carries another run's token and changed while this run was going
+    (its resourceVersion moved since this run first listed it). A token left by a finished
+    or killed run, on a claim nobody writes, does not hold anyone back: there is no clock
+    to compare, so no second in which two runs can collide.
+    """
+    stamp = (claim["metadata"].get("annotations") or {}).get(BINDING_ANNOTATION)
+    if not stamp or stamp == token or first_seen is None:
+        return False
+    return first_seen["metadata"].get("resourceVersion") != claim["metadata"].get("resourceVersion")
 
 
 def with_finalizer(kube, claim: dict, check_mode: bool) -> tuple[dict, bool]:
     """Make sure the claim carries our finalizer, so its deletion waits for the release."""
     finalizers = claim["metadata"].get("finalizers") or []
-    if FINALIZER in finalizers:
+    if binding.FINALIZER in finalizers:
         return claim, False
     if check_mode:
         return claim, True
     updated = copy.deepcopy(claim)
-    updated["metadata"]["finalizers"] = [*finalizers, FINALIZER]
+    updated["metadata"]["finalizers"] = [*finalizers, binding.FINALIZER]
     return kube.replace(updated), True
-
-
-def event(kube, claim: dict, event_type: str, reason: str, message: str, timestamp: str, check_mode: bool) -> None:
-    """Record a Kubernetes Event on the claim (what `kubectl describe hostclaim` shows the tenant)."""
-    if check_mode:
-        return
-    meta = claim["metadata"]
-    kube.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {
-                "apiVersion": claim["apiVersion"],
-                "kind": claim["kind"],
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "type": event_type,
-            "reason": reason,
-            "message": message,
-            "source": {"component": REPORTING_COMPONENT},
-            "reportingComponent": REPORTING_COMPONENT,
-            "reportingInstance": REPORTING_COMPONENT,
-            "firstTimestamp": timestamp,
-            "lastTimestamp": timestamp,
-            "count": 1,
-        }
-    )

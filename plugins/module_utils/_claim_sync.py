@@ -1,38 +1,43 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""hostclaim_sync: claim -> host (online, image, reboot annotations), host -> claim status.
+"""Claim -> host (online, image, reboot annotations) and host -> claim (status, copied metadata). Pure.
 
-The pure plans come first; sync_claims at the bottom is the I/O edge. Only non-secret
-host facts reach the claim: never the BMC address, credentials or any infra Secret.
+Only non-secret host facts reach the claim: never the BMC address, credentials or any
+infra Secret.
+
+Reboot requests follow Metal3's contract: ``reboot.metal3.io[/<key>]`` acts on a host in
+the ``provisioned`` or ``externally provisioned`` state. A request on a claim whose host
+is in another state stays on the claim, is not passed to the host, and the claim's
+Synchronization condition says so (RebootNotApplicable); it takes effect once the host is
+provisioned, or is cancelled by removing it. Removing a keyed request always reaches the host.
+
+When no HostDeployPolicy admits the claim's namespace to its host's namespace any more,
+the host stays bound (taking it away would destroy the tenant's workload) and power
+requests still apply, but a new image (which would provision the host anew) is refused
+and the claim says so (AuthorizationRevoked). Deleting the claim releases the host as usual.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _conditions as cond
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import (
-    bound_claims,
-    namespace_labels,
-    reread_bound,
-    step_each,
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_metadata import copy_rules, metadata_plan
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_release import REBOOT_ANNOTATION
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import (
-    desired_status,
-    event,
-    write_status,
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_metadata import CopyRules, metadata_plan
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._metal3 import PROVISIONED_STATES, REBOOT_ANNOTATION
 
 # Keyed reboot annotations this layer put on a host, so it removes only its own.
 REBOOT_KEYS_ANNOTATION = "metalclaim.io/reboot-keys"
-PROVISIONED_STATES = ("provisioned", "externally provisioned")
 # States in which the host runs (or is writing) an image: its URL may not change under it.
-IMAGE_IN_USE_STATES = ("provisioning", "provisioned", "externally provisioned")
+IMAGE_IN_USE_STATES = ("provisioning", *PROVISIONED_STATES)
 IMAGE_CHANGE_REJECTED = "ImageChangeRejected"
+REBOOT_NOT_APPLICABLE = "RebootNotApplicable"
+AUTHORIZATION_REVOKED = "AuthorizationRevoked"
+
+
+def host_state(host: dict) -> str:
+    return ((host.get("status") or {}).get("provisioning") or {}).get("state") or ""
 
 
 def desired_online(claim: dict) -> bool:
@@ -40,13 +45,15 @@ def desired_online(claim: dict) -> bool:
     return bool(spec.get("online", spec.get("poweredOn", False)))
 
 
-def image_plan(claim: dict, host: dict) -> tuple[dict | None, str]:
+def image_plan(claim: dict, host: dict, authorized: bool = True) -> tuple[dict | None, str]:
     """(the image the host should have, or None for none; a message when the claim's change is refused)."""
     wanted = (claim.get("spec") or {}).get("image")
     current = (host.get("spec") or {}).get("image")
-    state = ((host.get("status") or {}).get("provisioning") or {}).get("state", "")
+    state = host_state(host)
     if not wanted:
         return None, ""
+    if not authorized and (current or {}).get("url") != wanted.get("url"):
+        return current, "spec.image: not applied while the claim's namespace is not authorized for its host"
     if current and current.get("url") != wanted.get("url") and state in IMAGE_IN_USE_STATES:
         return current, (
             f"spec.image.url changed while the host is {state}: remove spec.image, wait until the host is "
@@ -55,27 +62,43 @@ def image_plan(claim: dict, host: dict) -> tuple[dict | None, str]:
     return dict(wanted), ""
 
 
-def reboot_plan(claim_annotations: dict, host_annotations: dict) -> tuple[dict, dict]:
-    """(host annotations, claim annotations) after propagating reboot requests.
+def is_reboot(name: str) -> bool:
+    return name == REBOOT_ANNOTATION or name.startswith(REBOOT_ANNOTATION + "/")
+
+
+def reboot_plan(claim_annotations: dict, host_annotations: dict, state: str) -> tuple[dict, dict, list[str]]:
+    """(host annotations, claim annotations, requests waiting) after propagating reboot requests.
 
     The bare `reboot.metal3.io` is a one-shot request: put on the host, then dropped from the
     claim. Keyed `reboot.metal3.io/<key>` ones hold the host off while present: mirrored, and
-    removed from the host once the claim drops them (only those this layer set).
+    removed from the host once the claim drops them (only those this layer set). New requests
+    reach a host only in a provisioned state; the others wait on the claim (see the module doc).
     """
     host = dict(host_annotations)
     claim = dict(claim_annotations)
+    applicable = state in PROVISIONED_STATES
     ours = set(filter(None, host.get(REBOOT_KEYS_ANNOTATION, "").split(",")))
     keyed = {k: v for k, v in claim.items() if k.startswith(REBOOT_ANNOTATION + "/")}
+    waiting = []
     for name in ours - set(keyed):
         host.pop(name, None)
-    host.update(keyed)
-    if keyed:
-        host[REBOOT_KEYS_ANNOTATION] = ",".join(sorted(keyed))
+        ours.discard(name)
+    for name, value in sorted(keyed.items()):
+        if applicable or name in ours:
+            host[name] = value
+            ours.add(name)
+        else:
+            waiting.append(name)
+    if ours:
+        host[REBOOT_KEYS_ANNOTATION] = ",".join(sorted(ours))
     else:
         host.pop(REBOOT_KEYS_ANNOTATION, None)
     if REBOOT_ANNOTATION in claim:
-        host[REBOOT_ANNOTATION] = claim.pop(REBOOT_ANNOTATION)
-    return host, claim
+        if applicable:
+            host[REBOOT_ANNOTATION] = claim.pop(REBOOT_ANNOTATION)
+        else:
+            waiting.insert(0, REBOOT_ANNOTATION)
+    return host, claim, waiting
 
 
 def hardware_summary(host: dict) -> dict | None:
@@ -98,87 +121,87 @@ def hardware_summary(host: dict) -> dict | None:
     return summary or None
 
 
+def state_reason(state: str) -> str:
+    """A condition reason for a host state: the state in lowerCamelCase (`available`, `externallyProvisioned`).
+
+    Metal3's states may hold spaces, which a condition reason may not; one-word states stay as
+    the user guide shows them.
+    """
+    words = state.split()
+    if not words:
+        return "unknown"
+    return words[0] + "".join(word.capitalize() for word in words[1:])
+
+
 def provisioned_condition(host: dict) -> tuple[str, str, str, str]:
-    state = ((host.get("status") or {}).get("provisioning") or {}).get("state") or "unknown"
-    return cond.PROVISIONED, "True" if state in PROVISIONED_STATES else "False", state, ""
+    state = host_state(host)
+    return cond.PROVISIONED, "True" if state in PROVISIONED_STATES else "False", state_reason(state), ""
 
 
-def sync_claims(kube, wanted: list[dict] | None, timestamp: str, check_mode: bool) -> dict:
-    pairs = bound_claims(kube, wanted)
-    policies = kube.list(METAL3, "HostDeployPolicy") if pairs else []
-    # Namespace labels matter only to decide which policies' metadataCopy apply.
-    labels = namespace_labels(kube) if any((p.get("spec") or {}).get("metadataCopy") for p in policies) else {}
-    outcome = step_each(
-        pairs,
-        lambda claim, host: _sync(kube, claim, host, policies, labels, timestamp, check_mode),
-        reread_bound(kube),
-    )
-    problems = sorted({p for r in outcome["claims"] for p in r.get("metadata_copy_problems", [])})
-    if problems:
-        outcome["warnings"] = problems
-    return outcome
+@dataclass
+class SyncPlan:
+    """What to write for one bound claim, besides its data Secrets."""
+
+    host_spec: dict  # the host's spec with online and image applied (data refs are the copy plan's)
+    host_annotations: dict | None  # None: unchanged
+    claim_labels: dict | None  # None: unchanged
+    claim_annotations: dict | None
+    updates: dict  # claim status fields
+    provisioned: tuple[str, str, str, str]
+    failures: list[tuple[str, str]] = field(default_factory=list)  # what the claim asks and cannot have now
 
 
-def _sync(kube, claim: dict, host: dict, policies: list[dict], labels: dict, timestamp: str, check_mode: bool) -> dict:
-    namespace, name = binding.key(claim)
+def plan_sync(claim: dict, host: dict, authorized: bool, rules: CopyRules) -> SyncPlan:
     host_ns, host_name = binding.key(host)
-    result = {"namespace": namespace, "name": name, "host": f"{host_ns}/{host_name}", "changed": False}
-    new_host = copy.deepcopy(host)
-    new_host["spec"]["online"] = desired_online(claim)
-    image, problem = image_plan(claim, host)
+    failures = []
+    if not authorized:
+        failures.append(
+            (
+                AUTHORIZATION_REVOKED,
+                f"no HostDeployPolicy of BareMetalHost {host_ns}/{host_name}'s namespace admits namespace "
+                f"{binding.key(claim)[0]!r} any more: the host stays bound and power requests apply, "
+                "a new image is refused; delete the claim to release the host",
+            )
+        )
+    spec = copy.deepcopy(host.get("spec") or {})
+    spec["online"] = desired_online(claim)
+    image, problem = image_plan(claim, host, authorized)
     if image is None:
-        new_host["spec"].pop("image", None)
+        spec.pop("image", None)
     else:
-        new_host["spec"]["image"] = image
-    if problem:
-        result["message"] = problem
-    host_annotations, claim_annotations = reboot_plan(
-        claim["metadata"].get("annotations") or {}, host["metadata"].get("annotations") or {}
-    )
-    new_host["metadata"]["annotations"] = host_annotations
-    if new_host != host:
-        result["changed"] = True
-        if not check_mode:
-            host = kube.replace(new_host)
-    rules = copy_rules(policies, host_ns, namespace, labels.get(namespace, {}))
-    if rules.problems:
-        result["metadata_copy_problems"] = rules.problems
+        spec["image"] = image
+    if problem and authorized:
+        failures.append((IMAGE_CHANGE_REJECTED, problem))
+    state = host_state(host)
+    before_host = host["metadata"].get("annotations") or {}
+    before_claim = claim["metadata"].get("annotations") or {}
+    host_annotations, claim_annotations, waiting = reboot_plan(before_claim, before_host, state)
+    if waiting:
+        failures.append(
+            (
+                REBOOT_NOT_APPLICABLE,
+                f"{', '.join(waiting)}: a reboot applies only to a provisioned host (this one is "
+                f"{state or 'unknown'}); the request stays on the claim and takes effect once the host is "
+                "provisioned, remove it to cancel",
+            )
+        )
     claim_labels, claim_annotations = metadata_plan(
         claim["metadata"].get("labels") or {},
         claim_annotations,
         host["metadata"].get("labels") or {},
-        host["metadata"].get("annotations") or {},
+        host_annotations,
         rules,
     )
-    if (claim_labels, claim_annotations) != (
-        claim["metadata"].get("labels") or {},
-        claim["metadata"].get("annotations") or {},
-    ):
-        # The one-shot reboot reached the host (take it off the claim), or copied host metadata changed.
-        result["changed"] = True
-        if not check_mode:
-            updated = copy.deepcopy(claim)
-            updated["metadata"]["labels"] = claim_labels
-            updated["metadata"]["annotations"] = claim_annotations
-            claim = kube.replace(updated)
-    updates = {
-        "poweredOn": bool((host.get("status") or {}).get("poweredOn", False)),
-        "hostUID": host["metadata"]["uid"],
-        "hardware": hardware_summary(host),
-    }
-    provisioned = provisioned_condition(host)
-    before = cond.find((claim.get("status") or {}).get("conditions"), cond.PROVISIONED) or {}
-    wrote = write_status(kube, claim, desired_status(claim, updates, [provisioned], timestamp), timestamp, check_mode)
-    result["changed"] = result["changed"] or wrote
-    result["provisioned"] = provisioned[2]
-    if provisioned[1] == "True" and before.get("status") != "True":
-        event(
-            kube,
-            claim,
-            "Normal",
-            "Provisioned",
-            f"BareMetalHost {result['host']} is {provisioned[2]}",
-            timestamp,
-            check_mode,
-        )
-    return result
+    return SyncPlan(
+        host_spec=spec,
+        host_annotations=None if host_annotations == before_host else host_annotations,
+        claim_labels=None if claim_labels == (claim["metadata"].get("labels") or {}) else claim_labels,
+        claim_annotations=None if claim_annotations == before_claim else claim_annotations,
+        updates={
+            "poweredOn": bool((host.get("status") or {}).get("poweredOn", False)),
+            "hostUID": host["metadata"]["uid"],
+            "hardware": hardware_summary(host),
+        },
+        provisioned=provisioned_condition(host),
+        failures=failures,
+    )

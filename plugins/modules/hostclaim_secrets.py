@@ -90,7 +90,7 @@ claims:
 """
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_secrets import sync_secrets
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bound import sync_secrets
 
 
 def main():

@@ -84,7 +84,7 @@ claims:
 """
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_sync import sync_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bound import sync_claims
 
 
 def main():

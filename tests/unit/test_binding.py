@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _binding as binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._metal3 import PAUSED_ANNOTATION
 
 
 def host(name, namespace="infrahost", labels=None, state="available", consumer=None, **meta) -> dict:
@@ -32,7 +35,7 @@ def test_only_free_matching_hosts_in_authorized_namespaces_are_candidates():
         host("elsewhere", namespace="rack-9", labels=MEDIUM),
         host("taken", labels=MEDIUM, consumer={"kind": "HostClaim", "namespace": "x", "name": "y"}),
         host("provisioning", labels=MEDIUM, state="provisioning"),
-        host("paused", labels=MEDIUM, annotations={binding.PAUSED_ANNOTATION: ""}),
+        host("paused", labels=MEDIUM, annotations={PAUSED_ANNOTATION: ""}),
         host("deleting", labels=MEDIUM, deletionTimestamp="2026-01-01T00:00:00Z"),
         host("ready", labels=MEDIUM, state="ready"),
     ]
@@ -67,14 +70,36 @@ def test_in_namespace_restricts_to_one_authorized_namespace():
 def test_no_matching_host():
     result = binding.plan(claim(), [host("large", labels={"infra-kind": "large"})], ["infrahost"])
     assert (result.action, result.reason) == ("refuse", binding.NO_HOST)
-    assert result.message == "no free BareMetalHost matches the hostSelector in infrahost"
+    # Tenants read this: never the names of infrastructure namespaces they cannot see.
+    assert result.message == "no free BareMetalHost matches spec.hostSelector among the hosts this namespace may use"
+    assert "infrahost" not in result.message
 
 
-def test_failure_domain_hosts_come_first():
-    zone = binding.FAILURE_DOMAIN_LABEL
-    hosts = [host(f"h{i}", labels={**MEDIUM, zone: f"zone-{i % 2}"}) for i in range(10)]
+@pytest.mark.parametrize("label", binding.FAILURE_DOMAIN_LABELS)
+def test_failure_domain_hosts_come_first(label):
+    hosts = [host(f"h{i}", labels={**MEDIUM, label: f"zone-{i % 2}"}) for i in range(10)]
     result = binding.plan(claim(failureDomain="zone-1"), hosts, ["infrahost"])
-    assert [h["metadata"]["labels"][zone] for h in result.candidates[:5]] == ["zone-1"] * 5
+    assert [h["metadata"]["labels"][label] for h in result.candidates[:5]] == ["zone-1"] * 5
+
+
+def test_cluster_api_failure_domain_label_wins_over_the_zone_label():
+    capi, zone = binding.FAILURE_DOMAIN_LABELS
+    assert binding.FAILURE_DOMAIN_LABELS == (
+        "infrastructure.cluster.x-k8s.io/failure-domain",
+        "topology.kubernetes.io/zone",
+    )
+    both = host("both", labels={**MEDIUM, capi: "fd-1", zone: "zone-9"})
+    assert binding.failure_domain(both) == "fd-1"
+    assert binding.failure_domain(host("zone-only", labels={**MEDIUM, zone: "zone-9"})) == "zone-9"
+
+
+def test_invalid_selector_never_binds():
+    # DoesNotExist on an invalid key would match every host if evaluated.
+    bad = claim()
+    bad["spec"]["hostSelector"] = {"matchExpressions": [{"key": "bad key", "operator": "DoesNotExist"}]}
+    result = binding.plan(bad, [host("free", labels=MEDIUM)], ["infrahost"])
+    assert (result.action, result.reason) == ("refuse", binding.INVALID_SELECTOR)
+    assert result.message.startswith("spec.hostSelector.matchExpressions[0].key: name part 'bad key'")
 
 
 def test_existing_consumer_ref_wins_over_everything():

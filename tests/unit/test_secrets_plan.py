@@ -91,3 +91,49 @@ def test_refusal_messages_never_carry_the_secrets_content():
     ):
         _data, reason, message = plan("userData", source)
         assert reason and "SECRET-TOKEN" not in message
+
+
+def bound_host(spec=None) -> dict:
+    return {"metadata": {"namespace": "infra", "name": "bm-01", "uid": "h"}, "spec": spec or {}}
+
+
+def copy_named(name: str, labels: dict | None = None, data: dict | None = None) -> dict:
+    return {"metadata": {"namespace": "infra", "name": name, "labels": labels or {}}, "data": data or {}}
+
+
+def test_plan_copies_creates_then_is_idempotent():
+    source = secret({"userData": "#cloud-config"})
+    first = secrets.plan_copies(claim(userData={"name": "s"}), bound_host(), {"userData": source}, {})
+    (created,) = first.create
+    assert created["metadata"]["name"] == "bm-01-userdata"
+    assert created["metadata"]["labels"] == {secrets.COPY_OF_LABEL: "u"}
+    assert first.host_spec == {"userData": {"name": "bm-01-userdata", "namespace": "infra"}}
+    again = secrets.plan_copies(
+        claim(userData={"name": "s"}), bound_host(first.host_spec), {"userData": source}, {"userData": created}
+    )
+    assert (again.create, again.replace, again.delete, again.failures) == ([], [], [], [])
+    assert again.host_spec == first.host_spec
+
+
+def test_a_secret_we_did_not_make_is_never_overwritten_nor_deleted():
+    hand_made = copy_named("bm-01-userdata", data={"userData": "aW5mcmE="})
+    source = secret({"userData": "#cloud-config"})
+    plan = secrets.plan_copies(
+        claim(userData={"name": "s"}), bound_host(), {"userData": source}, {"userData": hand_made}
+    )
+    assert (plan.create, plan.replace, plan.delete) == ([], [], [])
+    ((reason, message),) = plan.failures
+    assert reason == secrets.COPY_NAME_TAKEN
+    assert message.startswith("spec.userData: the Secret bm-01-userdata beside BareMetalHost bm-01 was not made by")
+    assert "userData" not in plan.host_spec
+    # Dropping the reference does not delete it either.
+    plan = secrets.plan_copies(claim(), bound_host(), {}, {"userData": hand_made})
+    assert plan.delete == []
+
+
+def test_a_dropped_reference_deletes_our_copy_and_the_hosts_ref():
+    ours = copy_named("bm-01-userdata", labels={secrets.COPY_OF_LABEL: "u"})
+    host = bound_host({"userData": {"name": "bm-01-userdata", "namespace": "infra"}})
+    plan = secrets.plan_copies(claim(), host, {}, {"userData": ours})
+    assert plan.delete == ["bm-01-userdata"]
+    assert plan.host_spec == {}

@@ -1,0 +1,35 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Names of Metal3's API that the claim layer and the provisioner share. Pure: constants only."""
+
+from __future__ import annotations
+
+API_VERSION = "metal3.io/v1alpha1"
+
+# Annotations on BareMetalHosts (and, for reboot, on HostClaims), as Metal3 spells them.
+PAUSED_ANNOTATION = "baremetalhost.metal3.io/paused"
+DETACHED_ANNOTATION = "baremetalhost.metal3.io/detached"
+REBOOT_ANNOTATION = "reboot.metal3.io"
+
+# The data Secrets a claim (and a host) references, in the order the guide lists them.
+DATA_ROLES = ("userData", "metaData", "networkData")
+
+# Every value of BareMetalHost status.provisioning.state (baremetal-operator's ProvisioningState).
+STATES = (
+    "",
+    "unmanaged",
+    "registering",
+    "match profile",
+    "preparing",
+    "ready",
+    "available",
+    "provisioning",
+    "provisioned",
+    "externally provisioned",
+    "deprovisioning",
+    "inspecting",
+    "powering off before delete",
+    "deleting",
+)
+PROVISIONED_STATES = ("provisioned", "externally provisioned")
+FREE_STATES = ("available", "ready")
