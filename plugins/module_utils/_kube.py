@@ -10,6 +10,7 @@ import threading
 import traceback
 
 try:
+    import urllib3
     from kubernetes import client as kube_client
     from kubernetes import config as kube_config
     from kubernetes.client.exceptions import ApiException
@@ -22,13 +23,55 @@ except ImportError:  # reported by the module through missing_required_lib
 
 METAL3 = "metal3.io/v1alpha1"
 
-# Kept in step with plugins/doc_fragments/k8s_auth.py.
+# The connection options of kubernetes.core (its module_utils/args_common.py AUTH_ARG_SPEC, 6.x),
+# with the same types, aliases and no_log, plus our request_timeout. Kept in step with
+# plugins/doc_fragments/k8s_auth.py; tests/unit/test_kube_auth.py compares both with kubernetes.core.
+AUTH_PROXY_HEADERS_SPEC = {
+    "proxy_basic_auth": {"type": "str", "no_log": True},
+    "basic_auth": {"type": "str", "no_log": True},
+    "user_agent": {"type": "str"},
+}
 AUTH_ARG_SPEC = {
-    "kubeconfig": {"type": "path", "aliases": ["kubeconfig_path"]},
+    "kubeconfig": {"type": "raw", "no_log": True, "aliases": ["kubeconfig_path"]},
     "context": {"type": "str"},
-    "validate_certs": {"type": "bool", "default": True},
+    "host": {"type": "str"},
+    "api_key": {"type": "str", "no_log": True},
+    "username": {"type": "str"},
+    "password": {"type": "str", "no_log": True},
+    "validate_certs": {"type": "bool", "aliases": ["verify_ssl"]},
+    "ca_cert": {"type": "path", "aliases": ["ssl_ca_cert"]},
+    "client_cert": {"type": "path", "aliases": ["cert_file"]},
+    "client_key": {"type": "path", "aliases": ["key_file"]},
+    "proxy": {"type": "str"},
+    "no_proxy": {"type": "str"},
+    "proxy_headers": {"type": "dict", "options": AUTH_PROXY_HEADERS_SPEC},
+    "persist_config": {"type": "bool"},
+    "impersonate_user": {"type": "str"},
+    "impersonate_groups": {"type": "list", "elements": "str"},
     "request_timeout": {"type": "float", "default": 30},
 }
+
+# Option -> the kubernetes.client.Configuration attribute it sets (kubernetes.core's AUTH_ARG_MAP,
+# turned round). An option not given reads K8S_AUTH_<OPTION>, then K8S_AUTH_<ATTRIBUTE>.
+CONFIGURATION_ATTRIBUTES = {
+    "kubeconfig": "kubeconfig",
+    "context": "context",
+    "host": "host",
+    "api_key": "api_key",
+    "username": "username",
+    "password": "password",
+    "validate_certs": "verify_ssl",
+    "ca_cert": "ssl_ca_cert",
+    "client_cert": "cert_file",
+    "client_key": "key_file",
+    "proxy": "proxy",
+    "no_proxy": "no_proxy",
+    "proxy_headers": "proxy_headers",
+    "persist_config": "persist_config",
+}
+# Options that only steer loading; the rest are set on the Configuration when given.
+_LOADING_ONLY = ("kubeconfig", "context", "persist_config")
+IMPERSONATION_HEADERS = {"impersonate_user": "Impersonate-User", "impersonate_groups": "Impersonate-Group"}
 
 
 class KubeError(Exception):
@@ -43,17 +86,193 @@ class AlreadyExistsError(KubeError):
     """create() of an object whose name is taken."""
 
 
-def _api_client(params: dict):
-    kubeconfig = params.get("kubeconfig") or os.environ.get("K8S_AUTH_KUBECONFIG") or os.environ.get("KUBECONFIG")
-    configuration = kube_client.Configuration()
-    if kubeconfig:
-        kube_config.load_kube_config(
-            config_file=kubeconfig, context=params.get("context"), client_configuration=configuration
-        )
+class KubeConfigError(Exception):
+    """No usable client configuration (bad kubeconfig, unknown context, nothing found)."""
+
+
+def _given(params: dict, option: str):
+    """An option's value from the module (or a caller's dict, which may use the attribute name)."""
+    value = params.get(option)
+    if value is None:
+        value = params.get(CONFIGURATION_ATTRIBUTES.get(option, option))
+    return value
+
+
+def _env_bool(value: str) -> bool:
+    return value.lower() not in ("0", "false", "no")
+
+
+def auth_settings(params: dict, environ=None) -> dict:
+    """Attribute name -> value for every connection setting given, as kubernetes.core collects them.
+
+    An option given to the module wins; otherwise K8S_AUTH_<OPTION> or K8S_AUTH_<ATTRIBUTE>
+    (for example K8S_AUTH_VALIDATE_CERTS or K8S_AUTH_VERIFY_SSL, K8S_AUTH_CA_CERT or
+    K8S_AUTH_SSL_CA_CERT); proxy_headers from K8S_AUTH_PROXY_HEADERS_<SUBOPTION>.
+    """
+    environ = os.environ if environ is None else environ
+    auth: dict = {}
+    for option, attribute in CONFIGURATION_ATTRIBUTES.items():
+        value = _given(params, option)
+        if value is not None:
+            auth[attribute] = value
+        elif option == "proxy_headers":
+            headers = {}
+            for name, spec in AUTH_PROXY_HEADERS_SPEC.items():
+                env_value = environ.get(f"K8S_AUTH_PROXY_HEADERS_{name.upper()}")
+                if env_value is not None:
+                    headers[name] = _env_bool(env_value) if spec.get("type") == "bool" else env_value
+            auth[attribute] = headers  # kubernetes.core sets it, empty or not
+        else:
+            env_value = environ.get(f"K8S_AUTH_{option.upper()}") or environ.get(f"K8S_AUTH_{attribute.upper()}")
+            if env_value is not None:
+                auth[attribute] = _env_bool(env_value) if AUTH_ARG_SPEC[option].get("type") == "bool" else env_value
+    return auth
+
+
+def impersonation(params: dict, environ=None) -> dict:
+    """Header -> value(s) for impersonate_user/impersonate_groups (or K8S_AUTH_IMPERSONATE_*)."""
+    environ = os.environ if environ is None else environ
+    headers = {}
+    for option, header in IMPERSONATION_HEADERS.items():
+        value = params.get(option)
+        if value is None:
+            value = environ.get(f"K8S_AUTH_{option.upper()}")
+            if value is not None and AUTH_ARG_SPEC[option].get("type") == "list":
+                value = [item for item in value.split(",") if item != ""]
+        if value:
+            headers[header] = value
+    return headers
+
+
+def config_source(auth: dict) -> str:
+    """Where the connection comes from, in kubernetes.core's order.
+
+    "parameters": host with username/password, api_key or client_cert/client_key is enough, no file is read;
+    "kubeconfig": the kubeconfig (file(s) or dict) and/or context given;
+    "default": the in-cluster service account, else $KUBECONFIG or ~/.kube/config.
+    Anything else given (host, ca_cert, validate_certs, proxy...) then overrides what was loaded.
+    """
+
+    def given(*names: str) -> bool:
+        return all(auth.get(name) for name in names)
+
+    if given("username", "password", "host") or given("api_key", "host") or given("cert_file", "key_file", "host"):
+        return "parameters"
+    if given("kubeconfig") or given("context"):
+        return "kubeconfig"
+    return "default"
+
+
+def _load_kubeconfig(auth: dict, configuration) -> None:
+    kubeconfig, context = auth.get("kubeconfig"), auth.get("context")
+    options = {"context": context, "persist_config": auth.get("persist_config"), "client_configuration": configuration}
+    if isinstance(kubeconfig, dict) and kubeconfig:
+        kube_config.load_kube_config_from_dict(config_dict=kubeconfig, **options)
     else:
-        kube_config.load_incluster_config(client_configuration=configuration)
-    configuration.verify_ssl = params.get("validate_certs", True)
-    return kube_client.ApiClient(configuration)
+        # None: $KUBECONFIG (several files joined with ':'), else ~/.kube/config
+        kube_config.load_kube_config(config_file=kubeconfig or None, **options)
+
+
+def _kubeconfig_error(auth: dict, error: Exception) -> KubeConfigError:
+    kubeconfig, context = auth.get("kubeconfig"), auth.get("context")
+    where = _kubeconfig_description(kubeconfig)
+    if context:
+        contexts = _context_names(kubeconfig)
+        if contexts is not None and context not in contexts:
+            return KubeConfigError(
+                f"context {context!r} is not in {where} (its contexts: {', '.join(contexts) or 'none'})"
+            )
+    return KubeConfigError(f"{where}: {str(error).rstrip('.')}")
+
+
+def _kubeconfig_description(kubeconfig) -> str:
+    if isinstance(kubeconfig, dict) and kubeconfig:
+        return "the kubeconfig given as a dict"
+    if kubeconfig:
+        return f"kubeconfig {kubeconfig}"
+    return f"kubeconfig {os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+
+
+def _context_names(kubeconfig) -> list | None:
+    try:
+        if isinstance(kubeconfig, dict) and kubeconfig:
+            return [c.get("name") for c in kubeconfig.get("contexts") or [] if isinstance(c, dict)]
+        contexts, _current = kube_config.list_kube_config_contexts(config_file=kubeconfig or None)
+        return [c.get("name") for c in contexts]
+    except Exception:  # unreadable file: the loader's own message says why
+        return None
+
+
+def client_configuration(auth: dict):
+    """A kubernetes.client.Configuration built as kubernetes.core's get_api_client builds it.
+
+    Unlike kubernetes.core this loads into a fresh Configuration, never the process-wide default,
+    so two clients in one process (tests, threads, a controller) cannot leak settings into each other.
+    """
+    auth = dict(auth)
+    if auth.get("host"):
+        auth["host"] = auth["host"].rstrip("/")
+    configuration = kube_client.Configuration()
+    source = config_source(auth)
+    if source == "kubeconfig":
+        try:
+            _load_kubeconfig(auth, configuration)
+        except kube_config.ConfigException as error:
+            raise _kubeconfig_error(auth, error) from error
+    elif source == "default":
+        try:
+            kube_config.load_incluster_config(client_configuration=configuration)
+        except kube_config.ConfigException as in_cluster_error:
+            configuration = kube_client.Configuration()
+            try:
+                _load_kubeconfig(auth, configuration)
+            except kube_config.ConfigException as error:
+                raise KubeConfigError(
+                    f"no Kubernetes connection configured: not in a cluster ({str(in_cluster_error).rstrip('.')}) "
+                    f"and {_kubeconfig_error(auth, error)}; give kubeconfig or context, or host with credentials, "
+                    "as module options or K8S_AUTH_* environment variables"
+                ) from error
+    for attribute, value in auth.items():
+        if attribute in _LOADING_ONLY or value is None:
+            continue
+        if attribute == "api_key":
+            value = {"authorization": f"Bearer {value}"}
+        elif attribute == "proxy_headers":
+            value = urllib3.util.make_headers(**value)
+        setattr(configuration, attribute, value)
+    return configuration
+
+
+class _RepeatedHeader(str):
+    """A header name that is a dict key of its own, so one header can be sent once per value
+    (Impersonate-Group, once per group), as kubernetes.core sends it."""
+
+    _low = None
+
+    def __hash__(self):
+        return id(self)
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def lower(self):
+        if self._low is None:
+            lower = str.lower(self)
+            self._low = self if str.__eq__(lower, self) else _RepeatedHeader(lower)
+        return self._low
+
+
+def _api_client(params: dict):
+    """kubernetes.core's client construction, same options, K8S_AUTH_* variables and precedence."""
+    configuration = client_configuration(auth_settings(params))
+    api_client = kube_client.ApiClient(configuration)
+    for header, value in impersonation(params).items():
+        for item in value if isinstance(value, list) else [value]:
+            api_client.set_default_header(_RepeatedHeader(header) if isinstance(value, list) else header, item)
+    return api_client
 
 
 class Kube:
