@@ -108,7 +108,7 @@ class Devenv:
             env.save()
             env.state["fleet_size"] = hosts
             if not bare:
-                progress("installing CRDs and RBAC")
+                progress("installing CRDs, RBAC and admission policies")
                 env._install()
             if hosts and not bare:
                 progress(f"starting the Redfish emulator with {hosts} systems")
@@ -146,6 +146,8 @@ class Devenv:
         self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "crd"))
         self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "rbac"))
         self.kubectl("admin", "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+        # The admission policies (CEL, in the API server) once the CRDs they type-check against exist.
+        self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "admission"))
         self.apply("admin", tenancy_objects())
         self.state["namespaces"] = {"infra": INFRA_NAMESPACE, "tenants": TENANT_NAMESPACES}
 
