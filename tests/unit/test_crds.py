@@ -4,7 +4,9 @@
   constructs) and carries the names / version / subresource / columns we rely on;
 * the HostClaim and HostDeployPolicy YAML of the user guide (the seed document)
   and its ``kubectl patch`` payloads only use fields the schemas declare;
-* an existing Metal3 BareMetalHost inventory (tests/fixtures) applies unchanged.
+* an existing Metal3 BareMetalHost inventory (tests/fixtures) applies unchanged;
+* the HostClaim selector operators (every Metal3 and Kubernetes spelling) and their number of
+  values agree between the CRD and the admission policies of config/admission.
 
 The instance checker mimics what the API server does with strict field
 validation (``kubectl apply`` default): unknown fields are errors. It also
@@ -23,6 +25,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "config" / "crd"
+ADMISSION_DIR = REPO / "config" / "admission"
 FIXTURES = REPO / "tests" / "fixtures"
 SEED_GUIDE = Path(
     os.environ.get(
@@ -391,3 +394,127 @@ def test_unknown_bmh_field_is_rejected():
     host = next(d for d in fixture_docs("metal3_bmh_inventory.yaml") if d["kind"] == "BareMetalHost")
     host["spec"]["bmc"]["port"] = 623
     assert check_instance(host, openapi_schema("BareMetalHost")) == [".spec.bmc.port: unknown field"]
+
+
+# --------------------------------------------------------------------------- selector operators
+# Metal3's spellings (k8s.io/apimachinery/pkg/selection) and Kubernetes' LabelSelector ones, with
+# the number of values each takes: "some" (at least one), "one" (exactly one), "none".
+OPERATOR_ARITY = {
+    "In": "some",
+    "NotIn": "some",
+    "in": "some",
+    "notin": "some",
+    "=": "one",
+    "==": "one",
+    "!=": "one",
+    "Exists": "none",
+    "DoesNotExist": "none",
+    "exists": "none",
+    "!": "none",
+}
+
+
+def match_expression_schema():
+    spec = openapi_schema("HostClaim")["properties"]["spec"]["properties"]
+    return spec["hostSelector"]["properties"]["matchExpressions"]["items"]
+
+
+def crd_arity_lists():
+    """The operator lists of the CRD's CEL rule: (no values, exactly one value)."""
+    [rule] = match_expression_schema()["x-kubernetes-validations"]
+    lists = re.findall(r"self\.operator in \[([^\]]*)\]", rule["rule"])
+    assert len(lists) == 2, rule["rule"]
+    none, one = (set(re.findall(r"'([^']*)'", found)) for found in lists)
+    return none, one
+
+
+def test_crd_accepts_every_operator_spelling():
+    assert sorted(match_expression_schema()["properties"]["operator"]["enum"]) == sorted(OPERATOR_ARITY)
+
+
+def test_crd_arity_rule_classifies_every_spelling():
+    none, one = crd_arity_lists()
+    assert none == {op for op, arity in OPERATOR_ARITY.items() if arity == "none"}
+    assert one == {op for op, arity in OPERATOR_ARITY.items() if arity == "one"}
+    # The rule's last branch (at least one value) is every other spelling.
+    assert set(OPERATOR_ARITY) - none - one == {op for op, arity in OPERATOR_ARITY.items() if arity == "some"}
+
+
+@pytest.mark.parametrize("operator", sorted(OPERATOR_ARITY))
+def test_claim_with_each_operator_fits_the_schema(operator):
+    values = {"some": ["a", "b"], "one": ["a"], "none": []}[OPERATOR_ARITY[operator]]
+    claim = {
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "HostClaim",
+        "metadata": {"name": "ops"},
+        "spec": {"hostSelector": {"matchExpressions": [{"key": "infra-kind", "operator": operator, "values": values}]}},
+    }
+    assert_valid(claim, "HostClaim")
+
+
+def test_unknown_operators_are_not_in_the_enum():
+    # gt and lt are selection operators too, but Metal3's webhook refuses them.
+    for operator in ("gt", "lt", "Like", "NOTIN", "=~"):
+        expression = {"key": "k", "operator": operator, "values": ["1"]}
+        problems = check_instance(expression, match_expression_schema(), ".spec.hostSelector.matchExpressions[0]")
+        [problem] = problems
+        assert problem.startswith(f".spec.hostSelector.matchExpressions[0].operator: {operator!r} is not one of")
+
+
+# --------------------------------------------------------------------------- admission policies
+def admission_docs(name):
+    return [d for d in yaml.safe_load_all((ADMISSION_DIR / name).read_text()) if d]
+
+
+def admission_objects():
+    kustomization = yaml.safe_load((ADMISSION_DIR / "kustomization.yaml").read_text())
+    return [doc for name in kustomization["resources"] for doc in admission_docs(name)]
+
+
+def test_admission_kustomization_lists_every_manifest():
+    kustomization = yaml.safe_load((ADMISSION_DIR / "kustomization.yaml").read_text())
+    on_disk = sorted(p.name for p in ADMISSION_DIR.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(kustomization["resources"]) == on_disk
+
+
+def test_admission_bindings_name_their_policy_and_parameters():
+    objects = admission_objects()
+    kinds = {}
+    for obj in objects:
+        kinds.setdefault(obj["kind"], {})[obj["metadata"]["name"]] = obj
+    policies = kinds["ValidatingAdmissionPolicy"]
+    bindings = kinds["ValidatingAdmissionPolicyBinding"]
+    assert sorted(policies) == sorted(b["spec"]["policyName"] for b in bindings.values())
+    for binding in bindings.values():
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        policy = policies[binding["spec"]["policyName"]]
+        assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["hostclaims"]
+        if "paramKind" in policy["spec"]:
+            ref = binding["spec"]["paramRef"]
+            param = kinds[policy["spec"]["paramKind"]["kind"]][ref["name"]]
+            assert param["metadata"]["namespace"] == ref["namespace"]
+            assert ref["namespace"] in kinds["Namespace"]
+            assert ref["parameterNotFoundAction"] == "Deny"  # the guard fails closed
+
+
+def test_admission_policy_operators_agree_with_the_crd():
+    [policy] = admission_docs("hostclaim_policy.yaml")
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+
+    def spellings(name):
+        return set(re.findall(r"'([^']*)'", variables[name]))
+
+    none, one = crd_arity_lists()
+    assert spellings("noValueOperators") == none
+    assert spellings("oneValueOperators") == one
+    assert spellings("setOperators") == {op for op, arity in OPERATOR_ARITY.items() if arity == "some"}
+
+
+def test_finalizer_parameters_default_to_the_controller_and_break_glass():
+    [params] = admission_docs("finalizer_params.yaml")
+    assert params["data"] == {"users": "metalclaim-controller\n", "groups": "system:masters\n"}
+    defaults = yaml.safe_load((REPO / "roles" / "hostclaim_install" / "defaults" / "main.yml").read_text())
+    assert defaults["hostclaim_install_finalizer_users"] == ["metalclaim-controller"]
+    assert defaults["hostclaim_install_finalizer_groups"] == ["system:masters"]
