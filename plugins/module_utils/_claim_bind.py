@@ -12,7 +12,6 @@ at the end of the run and guarded by the lock's resourceVersion, is the commit p
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import random
 
@@ -140,14 +139,22 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
 
 
 def _give_back(kube, host: dict, check_mode: bool) -> None:
-    """Clear a consumerRef we wrote, under the host's resourceVersion (a newer writer wins)."""
+    """Clear a consumerRef we wrote, as long as the host still names the same claim."""
     if check_mode:
         return
-    updated = copy.deepcopy(host)
-    updated["spec"].pop("consumerRef", None)
-    # A conflict means it changed since: the next reconcile of its consumer sees the current state.
-    with contextlib.suppress(ConflictError):
-        kube.replace(updated)
+    ref = binding.consumer(host)
+    for _attempt in range(3):
+        updated = copy.deepcopy(host)
+        updated["spec"].pop("consumerRef", None)
+        try:
+            kube.replace(updated)
+            return
+        except ConflictError:
+            # Changed since (its provisioner wrote its status, say): read it again. If it names
+            # another consumer now, it is no longer ours to give back.
+            host = kube.get(METAL3, "BareMetalHost", binding.key(host)[1], binding.key(host)[0])
+            if host is None or binding.consumer(host) != ref:
+                return
 
 
 def _take_first_free(kube, claim: dict, candidates: list[dict], hosts_by_key: dict, check_mode: bool) -> dict | None:

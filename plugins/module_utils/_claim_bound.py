@@ -72,7 +72,7 @@ def sync_bound(run, parts: tuple[str, ...]) -> dict:
         lambda claim, host: _sync_one(run, claim, host, parts, policies, labels, copies),
         reread_bound(run),
     )
-    problems = sorted({p for r in outcome["claims"] for p in r.pop("metadata_copy_problems", [])})
+    problems = sorted({p for r in outcome["claims"] for p in r.get("metadata_copy_problems", [])})
     if problems:
         outcome["warnings"] = problems
     return outcome
@@ -135,12 +135,12 @@ def _observe_copies(run, claim: dict, host: dict, copies: dict) -> tuple[dict, d
     host_ns, host_name = binding.key(host)
     sources, existing = {}, {}
     for role in DATA_ROLES:
+        copy_name = copied_secret_name(host_name, role)
+        existing[role] = copies.get((host_ns, copy_name))
         source_name = wanted_source(claim, role)
         if source_name is None:
             continue
         sources[role] = run.secret(namespace, source_name)
-        copy_name = copied_secret_name(host_name, role)
-        existing[role] = copies.get((host_ns, copy_name))
         if existing[role] is None and sources[role] is not None:
             # Not one of our copies: before creating it, see whether someone else's Secret has its name.
             existing[role] = run.kube.get("v1", "Secret", copy_name, host_ns)

@@ -122,8 +122,19 @@ def select_claims(claims: list[dict], wanted: list[dict] | None) -> list[dict]:
     return sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp") or "", binding.key(c)))
 
 
+def committed(claim: dict, host: dict) -> bool:
+    """Whether the claim's status records the binding its host's consumerRef makes.
+
+    A binder commits a binding by writing the claim's status (see _claim_bind); until then the
+    binding may still be given back, so nothing of the tenant's may reach the host.
+    """
+    recorded = (claim.get("status") or {}).get("hardwareData") or {}
+    return (recorded.get("namespace"), recorded.get("name")) == binding.key(host)
+
+
 def bound_claims(run: ClaimRun) -> list[tuple[dict, dict]]:
-    """(claim, its host) for each live claim of ours that a host's consumerRef names: one list call per kind."""
+    """(claim, its host) for each live claim of ours whose binding is committed (or being committed by
+    this run): one list call per kind."""
     claims = [
         c
         for c in run.claims()
@@ -133,7 +144,7 @@ def bound_claims(run: ClaimRun) -> list[tuple[dict, dict]]:
     pairs = []
     for claim in claims:
         own = sorted((h for h in hosts if binding.consumed_by(h, claim)), key=binding.key)
-        if own:
+        if own and (committed(claim, own[0]) or run.book.is_committing(claim)):
             pairs.append((claim, own[0]))
     return pairs
 

@@ -138,24 +138,32 @@ class StatusBook:
             return True
         except ConflictError as error:
             conflict = error
-        if entry.give_back is None:
-            # Someone else wrote the claim since we read it. If its spec is unchanged, what this
-            # run found still holds: write it over the newer version, once.
-            fresh = self._kube.get(METAL3, "HostClaim", key[1], key[0])
-            if fresh is not None and fresh["metadata"].get("generation") == entry.claim["metadata"].get("generation"):
-                entry.claim = fresh
-                patch = status_patch(fresh, self.desired(key))
-                if patch is None:
-                    return False
-                patch["lastUpdated"] = self._timestamp
-                try:
-                    entry.claim = self._kube.patch_status(fresh, patch)
-                    return True
-                except ConflictError as error:
-                    conflict = error
-        else:
-            # A concurrent binder wrote the claim after our lock: it may hold another host
-            # for it. Give ours back so the claim never owns two.
+        # Someone wrote the claim since we read it. For a binding this run made, what it found
+        # still holds when no other binder locked the claim since (a binder must write its own
+        # token to lock it; a run that merely saw our binding writes the same status): commit it
+        # over the newer version. Any other status is left to the run that wrote: its view of
+        # the hosts is newer than ours (claims are always listed before hosts), and the write
+        # it made is an event that brings the claim back to the next run.
+        fresh = self._kube.get(METAL3, "HostClaim", key[1], key[0]) if entry.give_back is not None else None
+        still_ours = (
+            fresh is not None
+            and fresh["metadata"].get("generation") == entry.claim["metadata"].get("generation")
+            and binding_token(fresh) == binding_token(entry.claim)
+        )
+        if still_ours:
+            entry.claim = fresh
+            patch = status_patch(fresh, self.desired(key))
+            if patch is None:
+                return False
+            patch["lastUpdated"] = self._timestamp
+            try:
+                entry.claim = self._kube.patch_status(fresh, patch)
+                return True
+            except ConflictError as error:
+                conflict = error
+        if entry.give_back is not None:
+            # Another binder locked the claim after us: it may hold another host for it. Give
+            # ours back so the claim never owns two.
             entry.give_back()
         for result in entry.results:
             result.update(state="conflict", message=str(conflict), changed=False)
@@ -192,6 +200,10 @@ def lock_for_binding(kube, claim: dict, token: str, check_mode: bool) -> dict:
     return kube.replace(updated)
 
 
+def binding_token(claim: dict | None) -> str | None:
+    return ((claim or {}).get("metadata", {}).get("annotations") or {}).get(BINDING_ANNOTATION)
+
+
 def locked_by_another(claim: dict, first_seen: dict | None, token: str) -> bool:
     """Whether another binder is working on the claim right now.
 
@@ -200,7 +212,7 @@ def locked_by_another(claim: dict, first_seen: dict | None, token: str) -> bool:
     or killed run, on a claim nobody writes, does not hold anyone back: there is no clock
     to compare, so no second in which two runs can collide.
     """
-    stamp = (claim["metadata"].get("annotations") or {}).get(BINDING_ANNOTATION)
+    stamp = binding_token(claim)
     if not stamp or stamp == token or first_seen is None:
         return False
     return first_seen["metadata"].get("resourceVersion") != claim["metadata"].get("resourceVersion")

@@ -31,14 +31,17 @@ def test_delete_releases_a_cleaned_host_that_another_tenant_then_gets(devenv, cl
         namespace=rack.namespace,
         content_type="application/merge-patch+json",
     )
-    rack.api("admin", "Secret", "v1").create(
-        body={
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "h1-userdata", "namespace": rack.namespace},
-            "stringData": {"userData": "#cloud-config"},
-        }
-    )
+    first_uid = rack.read_claim("first")["metadata"]["uid"]
+    for name, labels in (("h1-userdata", {"metalclaim.io/copy-of-claim": first_uid}), ("h1-networkdata", {})):
+        # The secrets step's copy, and a Secret of a copy's name made by hand (not ours: never touched).
+        rack.api("admin", "Secret", "v1").create(
+            body={
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": rack.namespace, "labels": labels},
+                "stringData": {"userData": "#cloud-config"},
+            }
+        )
     rack.set_state("h1", "provisioned")
 
     rack.api("tenant-a", "HostClaim").delete(name="first", namespace=TENANT_A)
@@ -55,6 +58,7 @@ def test_delete_releases_a_cleaned_host_that_another_tenant_then_gets(devenv, cl
     with pytest.raises(ApiException) as gone:
         rack.api("admin", "Secret", "v1").get(name="h1-userdata", namespace=rack.namespace)
     assert gone.value.status == 404
+    rack.api("admin", "Secret", "v1").get(name="h1-networkdata", namespace=rack.namespace)  # still there
 
     # Nobody can take the host while it is being cleaned.
     rack.claim("second", namespace=TENANT_B, identity="tenant-b")
