@@ -105,9 +105,9 @@ class ClaimRun:
 
     def finish(self, result: dict) -> dict:
         """Write the statuses; the module result with `changed` covering them and the run's API cost."""
-        flushed = self.book.flush()
-        result["changed"] = bool(result.get("changed")) or any(v is True for v in flushed.values())
-        result["status_writes"] = sum(1 for v in flushed.values() if v is True)
+        self.book.flush()
+        result["changed"] = bool(result.get("changed")) or self.book.writes > 0
+        result["status_writes"] = self.book.writes
         calls = getattr(self.api, "calls", None)
         if calls is not None:
             result["api_calls"] = dict(sorted(calls.items()))

@@ -70,6 +70,7 @@ class StatusBook:
         self._timestamp = timestamp
         self._check_mode = check_mode
         self._entries: dict[tuple[str, str], _Entry] = {}
+        self.writes = 0  # status writes this run made (or would make, in check mode)
 
     def wrote(self, claim: dict) -> None:
         """Remember a newer version of a claim: one this run wrote (as the API server returned it) or re-read."""
@@ -121,6 +122,7 @@ class StatusBook:
                 continue
             entry.written = True
             outcome[key] = self._write(key, entry)
+            self.writes += outcome[key] is True
             if outcome[key] != "conflict":
                 for then in entry.on_commit:
                     then()

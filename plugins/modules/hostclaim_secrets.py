@@ -89,8 +89,8 @@ claims:
       type: bool
 """
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bound import sync_secrets
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step
 
 
 def main():
