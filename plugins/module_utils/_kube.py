@@ -15,11 +15,15 @@ try:
     from kubernetes import config as kube_config
     from kubernetes.client.exceptions import ApiException
     from kubernetes.dynamic import DynamicClient
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
     KUBERNETES_IMPORT_ERROR = None
+    # No answer from the API server (refused, TLS, timeout) or a kind it does not serve.
+    TRANSPORT_ERRORS: tuple = (urllib3.exceptions.HTTPError, OSError, ResourceNotFoundError)
 except ImportError:  # reported by the module through missing_required_lib
     KUBERNETES_IMPORT_ERROR = traceback.format_exc()
     ApiException = Exception
+    TRANSPORT_ERRORS = ()
 
 METAL3 = "metal3.io/v1alpha1"
 
@@ -315,6 +319,8 @@ class Kube:
             )
         except ApiException as error:
             raise KubeError(_describe(error, f"list {kind}", namespace)) from error
+        except TRANSPORT_ERRORS as error:
+            raise KubeError(_unanswered(error, f"list {kind}", namespace)) from error
         return [item.to_dict() for item in result.items]
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
@@ -328,6 +334,8 @@ class Kube:
             if error.status == 404:
                 return None
             raise KubeError(_describe(error, f"get {kind} {name}", namespace)) from error
+        except TRANSPORT_ERRORS as error:
+            raise KubeError(_unanswered(error, f"get {kind} {name}", namespace)) from error
         return result.to_dict()
 
     def replace(self, obj: dict) -> dict:
@@ -345,6 +353,8 @@ class Kube:
                     _describe(error, f"replace {kind} {meta['name']}", meta.get("namespace"))
                 ) from error
             raise KubeError(_describe(error, f"replace {kind} {meta['name']}", meta.get("namespace"))) from error
+        except TRANSPORT_ERRORS as error:
+            raise KubeError(_unanswered(error, f"replace {kind} {meta['name']}", meta.get("namespace"))) from error
         return result.to_dict()
 
     def patch_status(self, obj: dict, status: dict) -> dict:
@@ -366,6 +376,8 @@ class Kube:
             if error.status in (404, 409):
                 raise ConflictError(_describe(error, action, meta.get("namespace"))) from error
             raise KubeError(_describe(error, action, meta.get("namespace"))) from error
+        except TRANSPORT_ERRORS as error:
+            raise KubeError(_unanswered(error, action, meta.get("namespace"))) from error
         return result.to_dict()
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
@@ -376,6 +388,8 @@ class Kube:
         except ApiException as error:
             if error.status != 404:
                 raise KubeError(_describe(error, f"delete {kind} {name}", namespace)) from error
+        except TRANSPORT_ERRORS as error:
+            raise KubeError(_unanswered(error, f"delete {kind} {name}", namespace)) from error
 
     def create(self, obj: dict) -> dict:
         self._count("create")
@@ -389,9 +403,19 @@ class Kube:
             if error.status == 409:
                 raise AlreadyExistsError(message) from error
             raise KubeError(message) from error
+        except TRANSPORT_ERRORS as error:
+            name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
+            raise KubeError(
+                _unanswered(error, f"create {obj['kind']} {name}", obj["metadata"].get("namespace"))
+            ) from error
         return result.to_dict()
 
 
 def _describe(error, action: str, namespace: str | None) -> str:
     where = f" in namespace {namespace}" if namespace else ""
     return f"cannot {action}{where}: {error.status} {error.reason}"
+
+
+def _unanswered(error, action: str, namespace: str | None) -> str:
+    where = f" in namespace {namespace}" if namespace else ""
+    return f"cannot {action}{where}: {type(error).__name__}: {error}"
