@@ -363,6 +363,7 @@ class Kube:
         api_version, kind = obj["apiVersion"], obj["kind"]
         meta = obj["metadata"]
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        action = f"update the status of {kind} {meta['name']}"
         try:
             result = self._resource(api_version, kind).status.patch(
                 body=body,
@@ -372,7 +373,6 @@ class Kube:
                 _request_timeout=self._timeout,
             )
         except ApiException as error:
-            action = f"update the status of {kind} {meta['name']}"
             if error.status in (404, 409):
                 raise ConflictError(_describe(error, action, meta.get("namespace"))) from error
             raise KubeError(_describe(error, action, meta.get("namespace"))) from error
