@@ -109,6 +109,15 @@ conflicts:
   description: How many claims another binder was writing at the same time (it binds them; a later run sees its result).
   returned: always
   type: int
+status_writes:
+  description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
+  returned: always
+  type: int
+api_calls:
+  description: Requests this run sent to the API server, by verb (C(list), C(get), C(create), C(replace), C(patch), C(delete)).
+  returned: always
+  type: dict
+  sample: {"get": 2, "list": 5}
 """
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import bind_claims

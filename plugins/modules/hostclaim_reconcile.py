@@ -13,8 +13,13 @@ description:
     M(metalclaim.hostclaim.hostclaim_bind), M(metalclaim.hostclaim.hostclaim_secrets) and
     M(metalclaim.hostclaim.hostclaim_sync) do, with the same semantics, for the claims in O(claims) (or all).
   - Each kind (HostClaims, BareMetalHosts, HostDeployPolicies, Namespaces, the Secret copies of each
-    infrastructure namespace) is listed once for the whole run; later steps see what earlier ones wrote.
-    This is what C(playbooks/reconcile.yml) runs; the step modules remain for running one step alone.
+    infrastructure namespace) is listed once for the whole run, and each tenant Secret a claim references
+    is read once; later steps see what earlier ones wrote. The secrets and sync steps run as one pass, so a
+    bound claim's host is written at most once.
+  - Each claim's status (every condition, then C(Ready)) is computed from what all the steps found and
+    written once, at the end, only when it differs; a tenant watching a claim sees one update per run and
+    no transient C(Ready). A second run with nothing new writes nothing.
+  - This is what C(playbooks/reconcile.yml) runs; the step modules remain for running one step alone.
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:
@@ -53,12 +58,10 @@ bind:
   description: What M(metalclaim.hostclaim.hostclaim_bind) returns.
   returned: always
   type: dict
-secrets:
-  description: What M(metalclaim.hostclaim.hostclaim_secrets) returns.
-  returned: always
-  type: dict
-sync:
-  description: What M(metalclaim.hostclaim.hostclaim_sync) returns.
+bound:
+  description:
+    - What M(metalclaim.hostclaim.hostclaim_secrets) and M(metalclaim.hostclaim.hostclaim_sync) return, in one
+      list, one entry per bound claim (C(copies), C(synchronized), C(provisioned), C(message)).
   returned: always
   type: dict
 summary:
@@ -75,6 +78,9 @@ summary:
     releases_pending:
       description: Deleted claims whose host is still being deprovisioned.
       type: int
+    orphans_released:
+      description: Hosts of vanished claims given back to the pool this run.
+      type: int
     not_synchronized:
       description: Bound claims whose data Secrets or image change could not be applied.
       type: int
@@ -88,9 +94,21 @@ summary:
     bound: 3
     waiting_for_host: 1
     releases_pending: 0
+    orphans_released:
+      description: Hosts of vanished claims given back to the pool this run.
+      type: int
     not_synchronized: 0
     conflicts: 0
     list_calls: 5
+status_writes:
+  description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
+  returned: always
+  type: int
+api_calls:
+  description: Requests this run sent to the API server, by verb (C(list), C(get), C(create), C(replace), C(patch), C(delete)).
+  returned: always
+  type: dict
+  sample: {"get": 2, "list": 5}
 """
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step

@@ -12,11 +12,16 @@ description:
   - For each HostClaim being deleted that carries the C(metal3.io/hostclaim) finalizer (those in
     O(claims), or all), releases its BareMetalHost in this order.
   - First, the host's C(image), C(userData), C(metaData) and C(networkData) are cleared, and the copied
-    Secrets C(<host>-userdata), C(<host>-metadata) and C(<host>-networkdata) are deleted.
+    Secrets C(<host>-userdata), C(<host>-metadata) and C(<host>-networkdata) are deleted (only copies the
+    claim layer made, labelled C(metalclaim.io/copy-of-claim); a Secret of such a name made by hand is
+    never touched).
   - Then C(automatedCleaningMode) is forced to C(metadata), C(online) is set to false and the
     C(reboot.metal3.io[/<key>]) annotations are removed.
   - Once the host's provisioner reports it C(available) (or C(ready)) again, its C(consumerRef) is
     cleared. The claim's finalizer is removed last, so the claim is deleted.
+  - A host whose C(consumerRef) names a HostClaim that no longer exists, or exists with another uid (its
+    finalizer was removed by hand, say), is orphaned; it is released the same way, whatever O(claims) says,
+    so the tenant's image and data never stay on it and it returns to the pool.
   - Does not block. A claim whose host is still being deprovisioned is reported as C(waiting),
     and the next run continues from where the host is.
 author:
@@ -72,10 +77,36 @@ claims:
     changed:
       description: Whether anything was written for this claim.
       type: bool
+orphans:
+  description:
+    - Hosts whose consumerRef names a HostClaim that no longer exists (or exists with another uid), released
+      the same way as a deleted claim's host. Only the claim itself, read by name, proves it gone.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    host:
+      description: C(<namespace>/<name>) of the host.
+      type: str
+    consumer:
+      description: C(<namespace>/<name>) of the vanished claim.
+      type: str
+    state:
+      description: C(released) (consumerRef cleared) or C(waiting) (host being deprovisioned).
+      type: str
 pending:
-  description: How many claims wait for their host to be deprovisioned.
+  description: How many claims (and orphaned hosts) wait for their host to be deprovisioned.
   returned: always
   type: int
+status_writes:
+  description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
+  returned: always
+  type: int
+api_calls:
+  description: Requests this run sent to the API server, by verb (C(list), C(get), C(create), C(replace), C(patch), C(delete)).
+  returned: always
+  type: dict
+  sample: {"get": 2, "list": 5}
 """
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step

@@ -19,7 +19,15 @@ description:
     A copy is deleted when the claim drops its reference.
   - A reference to a Secret outside the claim's own namespace is refused and never read, with
     C(Synchronization) False, reason C(CrossNamespaceReference). Only the referenced Secrets of the
-    claim's namespace are read, one GET each; the copies are listed once per infrastructure namespace.
+    claim's namespace are read, one GET per Secret per run however many claims name it; the copies are
+    listed once per infrastructure namespace.
+  - "A Secret of a copy's name that the claim layer did not make (not labelled C(metalclaim.io/copy-of-claim),
+    say made by hand by the infrastructure team) is never overwritten nor deleted: C(Synchronization) False,
+    reason C(CopyNameTaken)."
+  - "C(Synchronization) also reports what of the claim's spec the host cannot take now: C(AuthorizationRevoked)
+    (no HostDeployPolicy admits the claim's namespace any more), C(ImageChangeRejected), C(RebootNotApplicable)
+    (see M(metalclaim.hostclaim.hostclaim_sync))."
+  - Nothing of the tenant's reaches a host before the binding is committed (the claim's status names the host).
   - "A referenced Secret is refused with C(<Role>SecretSyncFailure) and a message naming the field when it
     is missing; has no usable key (absent, empty or not base64); is not of type C(Opaque) (a
     C(kubernetes.io/service-account-token), C(dockerconfigjson), C(tls) or other typed Secret holds credentials
@@ -87,6 +95,15 @@ claims:
     changed:
       description: Whether anything was written for this claim.
       type: bool
+status_writes:
+  description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
+  returned: always
+  type: int
+api_calls:
+  description: Requests this run sent to the API server, by verb (C(list), C(get), C(create), C(replace), C(patch), C(delete)).
+  returned: always
+  type: dict
+  sample: {"get": 2, "list": 5}
 """
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bound import sync_secrets

@@ -14,12 +14,20 @@ description:
     image URL for a host that is provisioning or provisioned is not applied: remove the image, wait
     for C(Provisioned: available), then set the new one (M(metalclaim.hostclaim.hostclaim_secrets)
     reports this in C(Synchronization))."
-  - "Reboots: C(reboot.metal3.io) on the claim is put on the host, then dropped from the claim. Keyed
+  - "Reboots, as Metal3 defines them for a host that is C(provisioned) or C(externally provisioned):
+    C(reboot.metal3.io) on the claim is put on the host, then dropped from the claim. Keyed
     C(reboot.metal3.io/<key>) annotations are mirrored, and removed from the host when the claim drops
-    them (only those this module set)."
+    them (only those this module set). On a host in any other state nothing reaches the host: the
+    request stays on the claim (applied once the host is provisioned, or cancelled by removing it) and
+    M(metalclaim.hostclaim.hostclaim_secrets) reports C(RebootNotApplicable) in C(Synchronization)."
+  - "A bound claim whose namespace no HostDeployPolicy of its host's namespace admits any more keeps its
+    host (taking it away would destroy the tenant's workload) and power requests still apply, but a new
+    image (which would provision the host anew) is not applied; C(Synchronization) says
+    C(AuthorizationRevoked). Deleting the claim releases the host as usual."
   - "Host to claim: C(status.poweredOn), C(hostUID), C(lastUpdated), a non-secret C(hardware) summary
     (NIC names, MACs and IPs; CPU architecture, count and model; RAM; disk names and sizes) and the
-    C(Provisioned) condition, whose reason is the host's provisioning state as in the user guide.
+    C(Provisioned) condition, whose reason is the host's provisioning state in lowerCamelCase
+    (C(available), C(provisioned) as in the user guide; C(externallyProvisioned)).
     Nothing about the host's BMC ever reaches the claim."
   - "Host metadata (metadataCopy): the host's labels and annotations are copied onto the claim only where a
     HostDeployPolicy of the host's namespace that admits the claim's namespace lists patterns for them in
@@ -67,7 +75,7 @@ claims:
       description: C(<namespace>/<name>) of its host.
       type: str
     provisioned:
-      description: The host's provisioning state (the reason of the C(Provisioned) condition).
+      description: The reason of the C(Provisioned) condition (the host's provisioning state in lowerCamelCase).
       type: str
     message:
       description: Why part of the claim's spec was not applied.
@@ -81,6 +89,15 @@ claims:
     changed:
       description: Whether anything was written for this claim.
       type: bool
+status_writes:
+  description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
+  returned: always
+  type: int
+api_calls:
+  description: Requests this run sent to the API server, by verb (C(list), C(get), C(create), C(replace), C(patch), C(delete)).
+  returned: always
+  type: dict
+  sample: {"get": 2, "list": 5}
 """
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bound import sync_claims
