@@ -222,6 +222,8 @@ def observations(host: dict, ctx: Context) -> tuple:
     state = state_of(host)
     if _hands_off(host) or _registration_blocked(ctx) or state in (NONE, UNMANAGED, DELETING):
         return ()
+    if not ((host.get("spec") or {}).get("bmc") or {}).get("address"):
+        return ()  # no BMC to read (decide makes such a host unmanaged)
     if (host.get("metadata") or {}).get("deletionTimestamp"):
         return (POWER,) if state == POWERING_OFF_BEFORE_DELETE else ()
     needs = []
@@ -237,6 +239,22 @@ def observations(host: dict, ctx: Context) -> tuple:
         if operation(host).get("token"):
             needs.append(CALLBACK)
     return tuple(needs)
+
+
+def needs_credentials(host: dict) -> bool:
+    """Whether this step may talk to the BMC or judge its credentials: only then is the BMC Secret read.
+
+    Paused and detached hosts, hosts without a BMC address, hosts not yet registering and
+    deletions that need no power-off take their step without it (see `decide`).
+    """
+    state = state_of(host)
+    if _hands_off(host) or state in (NONE, UNMANAGED, DELETING):
+        return False
+    if not ((host.get("spec") or {}).get("bmc") or {}).get("address"):
+        return False
+    if (host.get("metadata") or {}).get("deletionTimestamp"):
+        return state == POWERING_OFF_BEFORE_DELETE
+    return True
 
 
 def _hands_off(host: dict) -> bool:
@@ -782,7 +800,8 @@ def _deleting(host: dict, observed: dict, ctx: Context) -> Step:
     if state not in (POWERING_OFF_BEFORE_DELETE, DELETING):
         step = Step(POWERING_OFF_BEFORE_DELETE if not detached and state not in (NONE, UNMANAGED) else DELETING)
         return _transition(host, step, step.state, "Deleting", "host deleted: powering off before removing it")
-    if state == POWERING_OFF_BEFORE_DELETE and not detached and not _registration_blocked(ctx):
+    has_bmc = bool(((host.get("spec") or {}).get("bmc") or {}).get("address"))
+    if state == POWERING_OFF_BEFORE_DELETE and has_bmc and not detached and not _registration_blocked(ctx):
         power = observed.get(POWER)
         if power != "Off":
             step = Step(state, requeue_after=2)

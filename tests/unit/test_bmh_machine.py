@@ -309,3 +309,49 @@ def test_paused_detached_and_other_provisioners_hosts_are_left_alone():
     assert not m.is_ours(host(), {m.PROVISIONER_ANNOTATION: "metal3"})
     assert m.is_ours(host(annotations={m.PROVISIONER_ANNOTATION: "metalclaim"}), {m.PROVISIONER_ANNOTATION: "metal3"})
     assert m.is_ours(host(), {})
+
+
+def _variants():
+    """Hosts in every state, paused/detached/plain, deleted or not, with and without a BMC address."""
+    states = [m.NONE, m.UNMANAGED, m.REGISTERING, m.INSPECTING, m.AVAILABLE, m.PROVISIONING, m.PROVISIONED]
+    states += [m.DEPROVISIONING, m.EXTERNALLY_PROVISIONED, m.POWERING_OFF_BEFORE_DELETE, m.DELETING]
+    for state in states:
+        for marks in ({}, {m.PAUSED_ANNOTATION: ""}, {m.DETACHED_ANNOTATION: ""}):
+            for deleted in (False, True):
+                for address in (True, False):
+                    h = host(state, online=True, image=LIVE, annotations=dict(marks), status=GOOD)
+                    if deleted:
+                        h["metadata"].update(deletionTimestamp=T0, finalizers=[m.FINALIZER])
+                    if not address:
+                        del h["spec"]["bmc"]["address"]
+                    yield h
+
+
+def test_the_bmc_secret_is_needed_exactly_when_the_step_may_use_it():
+    unread = ctx(credentials_version=None)  # what the edge passes when it did not read the Secret
+    needed = 0
+    for h in _variants():
+        if m.needs_credentials(h):
+            needed += 1
+            continue
+        # Without the Secret the step reads nothing from the BMC and decides as if it had it.
+        assert m.observations(h, unread) == (), h
+        for observed in ({}, {m.POWER: "Off"}):
+            with_secret, without = m.decide(h, observed, ctx()), m.decide(h, observed, unread)
+            assert with_secret == without, h
+            assert not any(a[0] in ("power", "insert", "eject", "boot_once", "clear_boot") for a in without.actions)
+    assert needed  # registered, attached hosts do need it
+    plain = host(m.AVAILABLE, status=GOOD)
+    assert m.needs_credentials(plain)
+    assert not m.needs_credentials(host(m.AVAILABLE, annotations={m.PAUSED_ANNOTATION: ""}, status=GOOD))
+    assert not m.needs_credentials(host(m.AVAILABLE, annotations={m.DETACHED_ANNOTATION: ""}, status=GOOD))
+    assert not m.needs_credentials(host())  # not registering yet
+
+
+def test_a_host_whose_bmc_address_was_removed_is_deleted_without_a_power_off():
+    h = host(m.POWERING_OFF_BEFORE_DELETE, status=GOOD)
+    h["metadata"].update(deletionTimestamp=T0, finalizers=[m.FINALIZER])
+    del h["spec"]["bmc"]["address"]
+    assert m.observations(h, ctx()) == ()
+    step = m.decide(h, {}, ctx())
+    assert (step.state, step.finalizer, step.actions) == (m.DELETING, "remove", [])
