@@ -24,10 +24,12 @@ from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _bmh_machine as machine
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _media as media
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._conditions import now
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._configdrive import build_config_drive
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._configdrive import (
+    PYCDLIB_IMPORT_ERROR,
+    build_config_drive,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._events import record as event
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import (
-    AUTH_ARG_SPEC,
     KUBERNETES_IMPORT_ERROR,
     METAL3,
     ConflictError,
@@ -532,29 +534,6 @@ def _describe_action(action: tuple) -> str:
     return verb
 
 
-ARG_SPEC = {
-    "hosts": {
-        "type": "list",
-        "elements": "dict",
-        "options": {"namespace": {"type": "str", "required": True}, "name": {"type": "str", "required": True}},
-    },
-    "namespaces": {"type": "list", "elements": "str"},
-    "deploy_iso_url": {"type": "str"},
-    "media_dir": {"type": "path"},
-    "media_url": {"type": "str"},
-    "max_concurrent": {"type": "int", "default": 20},
-    "power_off_timeout": {"type": "float", "default": 60},
-    "callback_timeout": {"type": "float", "default": 1800},
-    "backoff_base": {"type": "float", "default": 10},
-    "backoff_cap": {"type": "float", "default": 600},
-    "redfish_timeout": {"type": "float", "default": 10},
-    "redfish_retries": {"type": "int", "default": 1},
-    "wait": {"type": "float", "default": 0},
-    "workers": {"type": "int", "default": 8},
-    **AUTH_ARG_SPEC,
-}
-
-
 def options_from(params: dict) -> Options:
     settings = machine.Settings(
         deploy_iso_url=params.get("deploy_iso_url"),
@@ -585,6 +564,9 @@ def run_module(module) -> None:
     if SUSHY_IMPORT_ERROR:
         module.fail_json(msg=missing_required_lib("sushy"), exception=SUSHY_IMPORT_ERROR)
     params = module.params
+    if params.get("deploy_iso_url") and PYCDLIB_IMPORT_ERROR:
+        # Disk images and cleaning build config drives; without pycdlib they could not.
+        module.fail_json(msg=missing_required_lib("pycdlib"), exception=PYCDLIB_IMPORT_ERROR)
     for name in ("max_concurrent", "workers"):
         if params[name] < 1:
             module.fail_json(msg=f"{name} must be at least 1")

@@ -63,7 +63,10 @@ options:
     type: list
     elements: str
   deploy_iso_url:
-    description: URL of the image writer's live ISO. Needed for disk images and for cleaning.
+    description:
+      - URL of the image writer's live ISO. Needed for disk images and for cleaning.
+      - Those build config drives, so the module fails at once when this is set and the C(pycdlib)
+        Python package is missing.
     type: str
   media_dir:
     description: The media server's directory (C(python -m metalclaim.mediaserver --dir)).
@@ -115,7 +118,7 @@ options:
     default: 8
 requirements:
   - sushy >= 5
-  - pycdlib (for disk images and cleaning)
+  - pycdlib (for disk images and cleaning, when O(deploy_iso_url) is set)
 attributes:
   check_mode:
     support: full
@@ -201,11 +204,34 @@ steps:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._bmh_provisioner import ARG_SPEC, run_module
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._bmh_provisioner import run_module
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import AUTH_ARG_SPEC
+
+ARGUMENT_SPEC = dict(
+    hosts=dict(
+        type="list",
+        elements="dict",
+        options=dict(namespace=dict(type="str", required=True), name=dict(type="str", required=True)),
+    ),
+    namespaces=dict(type="list", elements="str"),
+    deploy_iso_url=dict(type="str"),
+    media_dir=dict(type="path"),
+    media_url=dict(type="str"),
+    max_concurrent=dict(type="int", default=20),
+    power_off_timeout=dict(type="float", default=60),
+    callback_timeout=dict(type="float", default=1800),
+    backoff_base=dict(type="float", default=10),
+    backoff_cap=dict(type="float", default=600),
+    redfish_timeout=dict(type="float", default=10),
+    redfish_retries=dict(type="int", default=1),
+    wait=dict(type="float", default=0),
+    workers=dict(type="int", default=8),
+    **AUTH_ARG_SPEC,
+)
 
 
 def main():
-    run_module(AnsibleModule(argument_spec=ARG_SPEC, supports_check_mode=True))
+    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

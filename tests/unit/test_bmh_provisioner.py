@@ -7,6 +7,7 @@ import time
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _bmh_machine as machine
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _bmh_provisioner as provisioner
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._bmh_provisioner import (
     Connections,
     Options,
@@ -124,3 +125,46 @@ def test_a_host_keeps_its_connection_until_it_fails_or_its_credentials_change():
     broken.failed()
     assert _Bmc(_host(), credentials, connections).client is not first
     connections.close()
+
+
+# -- the module's edges -------------------------------------------------------------------
+
+
+class _Failed(Exception):
+    pass
+
+
+class _Module:
+    check_mode = False
+
+    def __init__(self, **params):
+        self.params = {
+            "hosts": None,
+            "namespaces": None,
+            "deploy_iso_url": None,
+            "media_dir": None,
+            "media_url": None,
+            "max_concurrent": 20,
+            "power_off_timeout": 60,
+            "callback_timeout": 1800,
+            "backoff_base": 10,
+            "backoff_cap": 600,
+            "redfish_timeout": 10,
+            "redfish_retries": 1,
+            "wait": 0,
+            "workers": 8,
+            **params,
+        }
+
+    def fail_json(self, **result):
+        raise _Failed(result)
+
+
+def test_a_deploy_iso_without_pycdlib_is_a_missing_library_failure(monkeypatch):
+    monkeypatch.setattr(provisioner, "KUBERNETES_IMPORT_ERROR", None)
+    monkeypatch.setattr(provisioner, "SUSHY_IMPORT_ERROR", None)
+    monkeypatch.setattr(provisioner, "PYCDLIB_IMPORT_ERROR", "Traceback: No module named 'pycdlib'")
+    with pytest.raises(_Failed) as failed:
+        provisioner.run_module(_Module(deploy_iso_url="http://127.0.0.1:1/writer.iso"))
+    assert "pycdlib" in failed.value.args[0]["msg"]
+    assert failed.value.args[0]["exception"].startswith("Traceback")
