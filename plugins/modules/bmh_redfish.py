@@ -108,6 +108,11 @@ options:
         (0 runs one step per host).
       - While waiting, a host is stepped again only once its own RV(hosts[].requeue_after) has passed,
         and its BMC connection (service root, login) is reused from step to step.
+      - The first step lists BareMetalHosts and Namespaces (one request each); later steps read
+        again only the hosts they step (one GET each; one LIST instead when more than 1 + N/20 of
+        N hosts are due, as a LIST then costs less) and otherwise follow the hosts the API returned
+        from this run's own writes. The BMC
+        Secret is read when a connection is opened, so once per host per run unless the BMC fails.
     type: float
     default: 0
   workers:
@@ -128,7 +133,8 @@ attributes:
     description: The per-host results say what was done.
   idempotent:
     support: full
-    description: A host whose BMC already matches its spec takes no action.
+    description: A host whose BMC already matches its spec takes no action, and nothing is written for it
+      (no status, annotation, HardwareData or Event).
 """
 
 EXAMPLES = r"""
@@ -172,6 +178,10 @@ hosts:
       description: The error recorded on the host.
       type: str
       returned: on error
+    event_error:
+      description: Why the step's Event could not be recorded; the step itself was carried out and written.
+      type: str
+      returned: when recording the Event failed
     skipped:
       description: Why nothing was done (paused, detached, backing off).
       type: str
@@ -182,6 +192,13 @@ hosts:
     redfish_requests:
       description: HTTP requests made to the host's BMC in this run.
       type: int
+    api_calls:
+      description:
+        - Requests made to the Kubernetes API for this host in this run, by verb and kind
+          (C(get Secret) is its BMC Secret, or a data Secret when a config drive is built).
+        - The run's lists (RV(api_calls)) belong to no host and are not counted here.
+      type: dict
+      sample: {"get Secret": 1, "patch BareMetalHost": 1, "create Event": 1}
     changed:
       description: Whether anything was done or written for this host in this run.
       type: bool
@@ -197,6 +214,15 @@ redfish_requests:
   description: HTTP requests made to all BMCs in this run.
   returned: always
   type: int
+api_calls:
+  description:
+    - Requests made to the Kubernetes API in this run, by verb (C(list), C(get), C(create), C(replace),
+      C(patch), C(delete)); every verb is present. C(create), C(replace), C(patch) and C(delete) are writes.
+    - A run on settled hosts writes nothing and reads one list of each of BareMetalHosts and
+      Namespaces and each stepped host's BMC Secret.
+  returned: always
+  type: dict
+  sample: {"list": 2, "get": 4, "create": 0, "replace": 0, "patch": 0, "delete": 0}
 steps:
   description: How many steps the run made (1 without O(wait)).
   returned: always
