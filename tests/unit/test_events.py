@@ -139,5 +139,6 @@ def test_record_twice_is_one_event_counted_twice_and_check_mode_writes_nothing()
     assert kube.log == ["create"]  # a first occurrence costs one request, no list
     record(kube, host(), "Normal", "Registered", "BMC registered", T1, check_mode=False)
     assert kube.log == ["create", "create", "get", "replace"]
-    (event,) = kube.events.values()
+    assert len(kube.events) == 1
+    event = next(iter(kube.events.values()))
     assert (event["count"], event["firstTimestamp"], event["lastTimestamp"]) == (2, T0, T1)
