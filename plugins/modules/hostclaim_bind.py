@@ -114,7 +114,9 @@ status_writes:
   returned: always
   type: int
 api_calls:
-  description: Requests this run sent to the API server, by verb (C(list), C(get), C(create), C(replace), C(patch), C(delete)).
+  description:
+    - Requests this run sent to the API server, by verb (C(list), C(get), C(create), C(replace), C(patch),
+      C(delete)).
   returned: always
   type: dict
   sample: {"get": 2, "list": 5}

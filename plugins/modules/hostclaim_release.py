@@ -92,7 +92,7 @@ orphans:
       description: C(<namespace>/<name>) of the vanished claim.
       type: str
     state:
-      description: C(released) (consumerRef cleared) or C(waiting) (host being deprovisioned).
+      description: C(released) (consumerRef cleared), C(waiting) (host being deprovisioned) or C(conflict).
       type: str
 pending:
   description: How many claims (and orphaned hosts) wait for their host to be deprovisioned.
@@ -103,7 +103,9 @@ status_writes:
   returned: always
   type: int
 api_calls:
-  description: Requests this run sent to the API server, by verb (C(list), C(get), C(create), C(replace), C(patch), C(delete)).
+  description:
+    - Requests this run sent to the API server, by verb (C(list), C(get), C(create), C(replace), C(patch),
+      C(delete)).
   returned: always
   type: dict
   sample: {"get": 2, "list": 5}

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
 from tests.claimlayer import TENANT_A, Rack, condition, step
+from tests.support import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -100,6 +102,48 @@ def test_the_guides_secret_flow(devenv, bound, tmp_path):
     assert "metaData" not in rack.read_host("h1")["spec"]
 
 
+@contextlib.contextmanager
+def admission_warns_only(rack, write):
+    """The HostClaim admission policy set to warn instead of deny (as if it were not installed) until
+    write() goes through; then denying again, shown by a dry-run create of a claim it must refuse."""
+    bindings = rack.api("admin", "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io/v1")
+    claims = rack.api("tenant-a", "HostClaim")
+
+    def actions(values: list[str]) -> None:
+        bindings.patch(
+            body={"spec": {"validationActions": values}},
+            name="metalclaim-hostclaim",
+            content_type="application/merge-patch+json",
+        )
+
+    def accepted(call) -> bool:
+        try:
+            call()
+            return True
+        except ApiException as error:
+            assert error.status == 403, error
+            return False
+
+    def refused_probe() -> None:
+        claims.create(
+            body={
+                "apiVersion": "metal3.io/v1alpha1",
+                "kind": "HostClaim",
+                "metadata": {"name": "admission-probe", "namespace": TENANT_A},
+                "spec": {"online": False, "userData": {"name": "any", "namespace": "infra"}},
+            },
+            query_params=[("dryRun", "All")],
+        )
+
+    actions(["Warn"])
+    try:
+        eventually(lambda: accepted(write), timeout=15, message="the write accepted once the policy only warns")
+        yield
+    finally:
+        actions(["Deny"])
+        eventually(lambda: not accepted(refused_probe), timeout=15, message="the policy denying again")
+
+
 @pytest.mark.parametrize(
     ("target_namespace", "target_name"),
     [("infra", "h1-bmc-secret"), ("tenant-b", "theirs")],
@@ -120,12 +164,20 @@ def test_cross_namespace_references_are_refused_unread(devenv, clients, bound, t
     )
     try:
         step("hostclaim_secrets", devenv, tmp_path, rack)  # a good copy first
-        rack.api("tenant-a", "HostClaim").patch(
-            body={"spec": {"userData": {"name": target_name, "namespace": namespace}}},
-            name="sec-claim",
-            namespace=TENANT_A,
-            content_type="application/merge-patch+json",
-        )
+        attack = {"spec": {"userData": {"name": target_name, "namespace": namespace}}}
+        claims = rack.api("tenant-a", "HostClaim")
+        # Refused at admission (config/admission)...
+        with pytest.raises(ApiException) as refused:
+            claims.patch(body=attack, name="sec-claim", namespace=TENANT_A, content_type="application/merge-patch+json")
+        assert refused.value.status == 403 and "spec.userData.namespace" in refused.value.body
+        # ...and by the claim layer itself, where the admission policies are not installed.
+        with admission_warns_only(
+            rack,
+            lambda: claims.patch(
+                body=attack, name="sec-claim", namespace=TENANT_A, content_type="application/merge-patch+json"
+            ),
+        ):
+            pass
         result = step("hostclaim_secrets", devenv, tmp_path, rack)
         claim = rack.read_claim("sec-claim")
         sync = condition(claim, "Synchronization")
