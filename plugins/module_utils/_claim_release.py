@@ -24,7 +24,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_secret
     COPY_OF_LABEL,
     copied_secret_name,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import METAL3, ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._metal3 import (
     DATA_ROLES,
     FREE_STATES,
@@ -87,7 +87,12 @@ def _release_orphans(run, hosts: list[dict], claims_by_key: dict) -> list[dict]:
             continue
         host_ns, host_name = binding.key(host)
         result = {"host": f"{host_ns}/{host_name}", "consumer": f"{ref.get('namespace')}/{ref.get('name')}"}
-        result.update(_give_back_clean(run, host, None))
+        try:
+            result.update(_give_back_clean(run, host, None))
+        except ConflictError as error:
+            # Written or deleted since we listed it (its provisioner, its namespace going away):
+            # the next run starts again from what is there.
+            result.update(state="conflict", message=str(error), changed=False)
         results.append(result)
     return results
 
