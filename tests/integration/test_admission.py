@@ -325,7 +325,7 @@ REBOOT_CASES = [
 
 
 @pytest.mark.parametrize(
-    ("key", "value", "expected"), REBOOT_CASES, ids=[f"{k}={v or '<empty>'}" for k, v, _ in REBOOT_CASES]
+    ("key", "value", "expected"), REBOOT_CASES, ids=[f"{k}={v or '<empty>'}" for k, v, _expected in REBOOT_CASES]
 )
 def test_reboot_annotation_values(policies, key, value, expected):
     outcome, message = verdict(dry_run(policies, reboot(value, key)))

@@ -147,7 +147,7 @@ def test_a_rerun_with_nothing_new_sends_no_write(devenv, rack):
     rack.claim("refused", hostSelector={"matchLabels": {"infra-kind": "nothing-has-this"}})
     first = reconcile(devenv, rack)
     assert first["summary"]["bound"] == 2
-    for _ in range(2):
+    for _rerun in range(2):
         again = reconcile(devenv, rack)
         assert writes(again) == 0, again["api_calls"]
         assert (again["changed"], again["status_writes"]) == (False, 0)
@@ -309,7 +309,7 @@ def test_the_same_event_twice_is_one_event_counted_twice(devenv, rack):
     rack.claim("c")
     claim = rack.read_claim("c")
     kube = Kube({"kubeconfig": devenv.kubeconfig("controller")})
-    for _ in range(2):
+    for _repeat in range(2):
         events.record(kube, claim, "Warning", "Example", "the same thing again", now(), False)
     listed = rack.api("tenant-a", "Event", "v1").get(namespace=TENANT_A).to_dict()["items"]
     mine = [e for e in listed if e["involvedObject"]["uid"] == claim["metadata"]["uid"] and e["reason"] == "Example"]
