@@ -127,8 +127,8 @@ class _QuietFiles(http.server.SimpleHTTPRequestHandler):
 
 def show_bmc(env: Devenv, host: str) -> None:
     sys.path.insert(0, str(REPO_ROOT / ".collections"))
-    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._redfish import (
-        RedfishClient,
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.redfish import RedfishClient
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
         parse_bmc_address,
     )
 

@@ -7,11 +7,11 @@ GET/HEAD /media/<token>/<filename>   a published file (Range supported), nothing
 POST /callback/<token>               {"status": "success"|"failure", "message": "..."}, once per token,
                                      only while the token's media exist
 
-The directory is written by the collection's plugins/module_utils/_media.py. This server keeps its
+The directory is written by the collection's plugins/module_utils/_provisioner/io/media.py. This server keeps its
 own copy of the few layout names below instead of importing it: the controller package is installed
 and run without the collection on sys.path, and a server that imports it would break exactly there.
-tests/unit/test_media.py checks that both copies agree. Logs are JSON lines on stderr; a token
-appears in them only as its first 6 characters.
+tests/unit/plugins/module_utils/_provisioner/io/test_media.py checks that both copies agree.
+Logs are JSON lines on stderr; a token appears in them only as its first 6 characters.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# Kept in step with plugins/module_utils/_media.py (tests/unit/test_media.py compares them).
+# Kept in step with plugins/module_utils/_provisioner/pure/media_protocol.py
+# (tests/unit/plugins/module_utils/_provisioner/io/test_media.py compares them).
 MEDIA_SUBDIR = "media"
 CALLBACK_SUBDIR = "callbacks"
 CALLBACK_SUFFIX = ".json"
@@ -280,7 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m metalclaim.mediaserver", description=__doc__.split("\n", maxsplit=1)[0]
     )
-    parser.add_argument("--dir", required=True, help="the media directory (see plugins/module_utils/_media.py)")
+    parser.add_argument(
+        "--dir",
+        required=True,
+        help="the media directory (layout: plugins/module_utils/_provisioner/io/media.py)",
+    )
     parser.add_argument("--listen", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port; the URL printed says which")
     args = parser.parse_args(argv)

@@ -4,7 +4,7 @@
 
 The options, environment variables and precedence of kubernetes.core's k8s_auth_options
 (kubernetes.core 6.x), plus request_timeout. Kept in step with AUTH_ARG_SPEC in
-plugins/module_utils/_kube.py (tests/unit/test_kube_auth.py compares the two, and both
+plugins/module_utils/_common/io/kube.py (tests/unit/test_kube_auth.py compares the two, and both
 with kubernetes.core).
 """
 

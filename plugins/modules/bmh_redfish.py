@@ -230,8 +230,8 @@ steps:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._bmh_provisioner import run_module
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import AUTH_ARG_SPEC
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import AUTH_ARG_SPEC
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.provisioner import run_module
 
 ARGUMENT_SPEC = dict(
     hosts=dict(

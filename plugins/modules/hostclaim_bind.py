@@ -122,8 +122,8 @@ api_calls:
   sample: {"get": 2, "list": 5}
 """
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_bind import bind_claims
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.bind import bind_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.module import run_claim_step
 
 
 def main():

@@ -111,8 +111,8 @@ api_calls:
   sample: {"get": 2, "list": 5}
 """
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_module import run_claim_step
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_release import release_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.module import run_claim_step
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.release import release_claims
 
 
 def main():

@@ -114,13 +114,13 @@ message:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import (
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.policy_check import check_namespace
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
     AUTH_ARG_SPEC,
     KUBERNETES_IMPORT_ERROR,
     Kube,
     KubeError,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._policy_check import check_namespace
 
 
 def main():

@@ -310,7 +310,7 @@ def test_impersonation(devenv, tmp_path):
 
 
 def test_impersonated_groups_each_arrive(devenv, monkeypatch, tmp_path):
-    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import Kube
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
 
     kube = Kube(
         {
@@ -354,7 +354,7 @@ def service_account(clients):
 
 def test_in_cluster_service_account_beats_home_kubeconfig(devenv, service_account, monkeypatch, tmp_path):
     """In a pod (service host/port set, token and CA mounted) the service account is used, as kubernetes.core does."""
-    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import Kube
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
     from kubernetes.config import incluster_config
 
     username, token = service_account

@@ -11,14 +11,14 @@ import threading
 import time
 
 import pytest
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _events as events
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_reconcile import reconcile_claims
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_run import ClaimRun
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_status import BINDING_ANNOTATION
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claim_sync import state_reason
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._conditions import now
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import Kube
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._metal3 import STATES
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.reconcile import reconcile_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import ClaimRun
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import BINDING_ANNOTATION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.sync import state_reason
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import STATES
 from kubernetes.client.exceptions import ApiException
 
 from tests.claimlayer import TENANT_A, condition

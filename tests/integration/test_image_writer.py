@@ -17,8 +17,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _configdrive as configdrive
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _media as media
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import configdrive, media
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import media_protocol as protocol
 
 from metalclaim import REPO_ROOT
 
@@ -109,13 +109,13 @@ def config_drive(tmp_path: Path, media_server, mode: str, image: dict | None = N
 
     Returns (token, path of the downloaded ISO)."""
     media_dir, media_url = media_server
-    token = media.new_token()
-    deploy = {"mode": mode, "callback": {"url": media.callback_url(media_url, token), "token": token}}
+    token = protocol.new_token()
+    deploy = {"mode": mode, "callback": {"url": protocol.callback_url(media_url, token), "token": token}}
     if image:
         deploy["image"] = image
     iso = configdrive.build_config_drive(user_data=USER_DATA, meta_data=None, network_data=NETWORK_DATA, deploy=deploy)
     media.publish(media_dir, "config-drive.iso", iso, token=token)
-    with urllib.request.urlopen(media.media_url(media_url, token, "config-drive.iso"), timeout=10) as response:
+    with urllib.request.urlopen(protocol.media_url(media_url, token, "config-drive.iso"), timeout=10) as response:
         served = response.read()
     files = configdrive.read_config_drive(served)
     assert files["user-data"] == USER_DATA and files["network-config"] == NETWORK_DATA

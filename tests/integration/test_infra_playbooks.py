@@ -167,7 +167,7 @@ def test_state_absent_removes_host_and_secret(devenv, clients, host_names, tmp_p
 
 def claim_layer_writes(devenv, clients, name: str, **spec) -> None:
     """Write a host as the claim layer does: its own Kube client, as the controller, by replace (PUT)."""
-    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._kube import Kube
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
 
     kube = Kube({"kubeconfig": devenv.kubeconfig("controller")})
     host = kube.get(METAL3, "BareMetalHost", name, INFRA)

@@ -11,7 +11,8 @@ import sys
 import urllib.parse
 
 import pytest
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils import _media as media
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import media_protocol as protocol
 
 ISO = bytes(range(256)) * 40  # 10 KiB with a recognisable pattern
 
@@ -83,7 +84,7 @@ def test_nothing_else_is_served(server, published, tmp_path):
     outside = tmp_path / "secret.txt"
     outside.write_text("secret")
     os.symlink(outside, os.path.join(server.directory, "media", token, "link.iso"))
-    linked_token = media.new_token()
+    linked_token = protocol.new_token()
     os.symlink(os.path.join(server.directory, "media", token), os.path.join(server.directory, "media", linked_token))
     os.makedirs(os.path.join(server.directory, "media", token, "subdir"))
     probes = [
@@ -93,7 +94,7 @@ def test_nothing_else_is_served(server, published, tmp_path):
         f"/media/{token}",
         f"/media/{token}/",
         f"/media/{token}/subdir",
-        f"/media/{media.new_token()}/config-drive.iso",  # unknown token
+        f"/media/{protocol.new_token()}/config-drive.iso",  # unknown token
         f"/media/{token[:-1]}/config-drive.iso",  # prefix of a real token
         f"/media/{token}/../../../../etc/passwd",
         f"/media/{token}/..%2F..%2F..%2Fsecret.txt",
@@ -119,10 +120,10 @@ def test_callback_is_taken_once_for_a_live_token(server, published):
     callback = f"/callback/{token}"
     report = json.dumps({"status": "success", "message": "qcow2 image written"}).encode()
     headers = {"Content-Type": "application/json"}
-    assert server.request("POST", f"/callback/{media.new_token()}", report, headers)[0] == 404
+    assert server.request("POST", f"/callback/{protocol.new_token()}", report, headers)[0] == 404
     assert server.request("POST", callback, b'{"status": "maybe"}', headers)[0] == 400
     assert server.request("POST", callback, b"{not json", headers)[0] == 400
-    oversized = json.dumps({"status": "success", "message": "x" * media.CALLBACK_MAX_BYTES}).encode()
+    oversized = json.dumps({"status": "success", "message": "x" * protocol.CALLBACK_MAX_BYTES}).encode()
     assert server.request("POST", callback, oversized, headers)[0] == 413
     assert media.callback_result(server.directory, token) is None  # refused bodies leave no trace
 

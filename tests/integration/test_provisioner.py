@@ -17,8 +17,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._configdrive import read_config_drive
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._redfish import RedfishClient, parse_bmc_address
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.configdrive import read_config_drive
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.redfish import RedfishClient
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
+    parse_bmc_address,
+)
 from kubernetes.client.exceptions import ApiException
 
 from metalclaim.devenv.processes import free_port, wait_until

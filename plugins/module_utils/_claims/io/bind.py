@@ -1,0 +1,185 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""hostclaim_bind: bind a batch of claims to hosts, race-free. I/O edge over _binding's plans.
+
+Reads every claim, host, policy and namespace once (one list call per kind), plans each
+claim with the pure _binding/_policy code, then commits in two phases: the claim's lock
+(its finalizer and this run's token, under its resourceVersion) and the host's
+consumerRef (under the host's resourceVersion: a concurrent binder that took the host
+makes this fail and we move on to the next candidate); the claim's status, written once
+at the end of the run and guarded by the lock's resourceVersion, is the commit point.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_labels
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import (
+    lock_for_binding,
+    with_finalizer,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import locked_by_another
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import METAL3, ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+
+
+def bind_claims(run) -> dict:
+    """Bind the claims oldest first, in one pass; see _next_after_conflict for concurrent binders."""
+    kube = run.kube
+    claims = run.claims()
+    order = {binding.key(c): index for index, c in enumerate(claims)}
+    hosts = kube.list(METAL3, "BareMetalHost")
+    policies = kube.list(METAL3, "HostDeployPolicy")
+    labels_of = namespace_labels(kube)
+    hosts_by_key = {binding.key(h): h for h in hosts}
+    results = []
+    pending = list(claims)
+    while pending:
+        claim = pending.pop(0)
+        if locked_by_another(claim, run.first_seen.get(binding.key(claim)), run.token):
+            namespace, name = binding.key(claim)
+            skipped = {"namespace": namespace, "name": name, "action": "skip", "host": None, "changed": False}
+            skipped.update(reason="BindingElsewhere", message="another binder is working on this claim")
+            results.append(skipped)
+            continue
+        namespace = claim["metadata"]["namespace"]
+        authorized, _decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
+        plan = binding.plan(claim, list(hosts_by_key.values()), authorized)
+        results.append(_commit(run, plan, hosts_by_key))
+        if results[-1]["action"] == "conflict" and pending:
+            pending, hosts_by_key = _next_after_conflict(kube, pending)
+    results.sort(key=lambda r: order[(r["namespace"], r["name"])])
+    return {
+        "changed": any(r["changed"] for r in results),
+        "claims": results,
+        "bound": sum(1 for r in results if r["host"]),
+        "unbound": sum(1 for r in results if r["action"] in ("refuse", "bind") and not r["host"]),
+        "conflicts": sum(1 for r in results if r["action"] == "conflict"),
+    }
+
+
+def _next_after_conflict(kube, pending: list[dict]) -> tuple[list[dict], dict]:
+    """(claims still to do, hosts by key) after a claim conflict: another binder is walking the same claims.
+
+    Concurrent binders listed the same claims and walk them in the same order, so after one
+    collision they would keep colliding on every claim. Re-read what the others did (their
+    locks make us skip claims they hold), then jump to a random point of what is left: the
+    binders spread over the list and meet again only where their parts join.
+    """
+    relist = getattr(kube, "relist", kube.list)  # a caching client must go to the server here
+    fresh = {binding.key(c): c for c in relist(METAL3, "HostClaim")}
+    hosts_by_key = {binding.key(h): h for h in relist(METAL3, "BareMetalHost")}
+    pending = [fresh[binding.key(c)] for c in pending if binding.key(c) in fresh]
+    start = random.randrange(len(pending)) if pending else 0
+    return pending[start:] + pending[:start], hosts_by_key
+
+
+def _commit(run, plan: binding.Plan, hosts_by_key: dict) -> dict:
+    claim = plan.claim
+    namespace, name = binding.key(claim)
+    result = {"namespace": namespace, "name": name, "action": plan.action, "host": None, "changed": False}
+    if plan.action == "skip":
+        result["reason"] = plan.reason
+        return result
+    try:
+        return _commit_claim(run, plan, hosts_by_key, result)
+    except ConflictError as error:
+        # Another reconcile is working on this claim right now; it will be seen again.
+        result.update(action="conflict", reason="Conflict", message=str(error), changed=False)
+        return result
+
+
+def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> dict:
+    kube, check_mode = run.kube, run.check_mode
+    claim = plan.claim
+    host = plan.host
+    newly_bound = False
+    if plan.action == "keep":
+        claim, result["changed"] = with_finalizer(kube, claim, check_mode)
+        for extra in plan.extra_hosts:
+            _give_back(kube, extra, check_mode)
+            result["changed"] = True
+    if plan.action == "bind":
+        claim = lock_for_binding(kube, claim, run.token, check_mode)
+        result["changed"] = True
+        if plan.reason == binding.MISSING_HOST:
+            run.event(claim, "Warning", binding.MISSING_HOST, plan.message)
+        host = _take_first_free(kube, claim, plan.candidates, hosts_by_key, check_mode)
+        newly_bound = host is not None
+    if host is not None:
+        host_key = binding.key(host)
+        updates = {"hardwareData": {"name": host_key[1], "namespace": host_key[0]}, "hostUID": host["metadata"]["uid"]}
+        association = (cond.ASSOCIATION, "True", binding.ASSOCIATED, "")
+        result["host"] = f"{host_key[0]}/{host_key[1]}"
+    else:
+        reason, message = plan.reason, plan.message
+        if plan.action == "bind":  # every candidate went to another claim (of this batch or a concurrent run)
+            reason, message = binding.NO_HOST, plan.no_host_message()
+        updates = {"hardwareData": None, "hostUID": None} if plan.stale_status else {}
+        association = (cond.ASSOCIATION, "False", reason, message)
+        result["reason"], result["message"] = reason, message
+    previous = cond.find((claim.get("status") or {}).get("conditions"), cond.ASSOCIATION) or {}
+    run.book.note(claim, [association], updates, result=result)
+    result["changed"] = result["changed"] or newly_bound
+    if newly_bound:
+        bound_to = result["host"]
+        run.book.committing(
+            claim,
+            give_back=lambda: _give_back(kube, host, check_mode),
+            on_commit=lambda: run.event(claim, "Normal", "Bound", f"bound to BareMetalHost {bound_to}"),
+        )
+    elif host is None and previous.get("reason") != association[2]:
+        # One Event per change of outcome, not one per reconcile.
+        run.event(claim, "Warning", association[2], association[3])
+    return result
+
+
+def _give_back(kube, host: dict, check_mode: bool) -> None:
+    """Clear a consumerRef we wrote, as long as the host still names the same claim."""
+    if check_mode:
+        return
+    ref = binding.consumer(host)
+    for _attempt in range(3):
+        updated = copy.deepcopy(host)
+        updated["spec"].pop("consumerRef", None)
+        try:
+            kube.replace(updated)
+            return
+        except ConflictError:
+            # Changed since (its provisioner wrote its status, say): read it again. If it names
+            # another consumer now, it is no longer ours to give back.
+            host = kube.get(METAL3, "BareMetalHost", binding.key(host)[1], binding.key(host)[0])
+            if host is None or binding.consumer(host) != ref:
+                return
+
+
+def _take_first_free(kube, claim: dict, candidates: list[dict], hosts_by_key: dict, check_mode: bool) -> dict | None:
+    for candidate in candidates:
+        current = hosts_by_key[binding.key(candidate)]
+        if binding.why_not_free(current) is not None:  # bound earlier in this batch
+            continue
+        updated = copy.deepcopy(current)
+        updated["spec"]["consumerRef"] = binding.claim_ref(claim)
+        if check_mode:
+            hosts_by_key[binding.key(candidate)] = updated
+            return updated
+        try:
+            written = kube.replace(updated)
+        except ConflictError:
+            # Someone changed the host since we listed it (most likely bound it): leave it
+            # for this batch and try the next one.
+            hosts_by_key[binding.key(candidate)] = _changed_elsewhere(current)
+            continue
+        hosts_by_key[binding.key(candidate)] = written
+        return written
+    return None
+
+
+def _changed_elsewhere(host: dict) -> dict:
+    marked = copy.deepcopy(host)
+    marked["spec"]["consumerRef"] = {"kind": "Unknown", "name": "changed concurrently"}
+    return marked

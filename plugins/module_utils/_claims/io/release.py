@@ -1,0 +1,154 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""hostclaim_release: give the host of a deleted claim back, cleaned, then let the claim go. I/O edge.
+
+Order matters: the host is first stripped of everything the tenant gave it (image,
+data Secrets and their copies, reboot annotations) and told to power off and clean
+its disks' metadata; only once its provisioner reports it `available` again is its
+consumerRef cleared (so nobody can bind a dirty host) and then the claim's finalizer
+removed.
+
+A host whose consumerRef names a HostClaim that no longer exists (or exists with another
+uid: deleted and re-created) is orphaned: say its claim's finalizer was removed by hand.
+It is released the same way, so the tenant's image and data never stay on it and it
+returns to the pool.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import select_claims, step_each
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
+    COPY_OF_LABEL,
+    copied_secret_name,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import METAL3, ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
+    DATA_ROLES,
+    FREE_STATES,
+    REBOOT_ANNOTATION,
+)
+
+
+def scrubbed_spec(host: dict) -> dict:
+    """The host as it must be before it is given back: no tenant data, off, metadata cleaning on."""
+    scrubbed = copy.deepcopy(host)
+    spec = scrubbed["spec"]
+    for name in ("image", *DATA_ROLES):
+        spec.pop(name, None)
+    spec["online"] = False
+    spec["automatedCleaningMode"] = "metadata"
+    annotations = scrubbed["metadata"].get("annotations") or {}
+    for name in [a for a in annotations if a == REBOOT_ANNOTATION or a.startswith(REBOOT_ANNOTATION + "/")]:
+        del annotations[name]
+    return scrubbed
+
+
+def orphaned(host: dict, claims_by_key: dict) -> bool:
+    """Whether the host's consumerRef names a HostClaim missing from claims_by_key (or another uid). Pure."""
+    ref = binding.consumer(host)
+    if not ref or ref.get("kind") != binding.CLAIM_KIND:
+        return False
+    claim = claims_by_key.get((ref.get("namespace", ""), ref.get("name", "")))
+    return claim is None or not binding.consumed_by(host, claim)
+
+
+def release_claims(run) -> dict:
+    kube = run.kube
+    all_claims = kube.list(METAL3, "HostClaim")  # all of them: orphans are hosts whose claim is in none
+    deleting = [
+        c
+        for c in select_claims(all_claims, run.wanted)
+        if c["metadata"].get("deletionTimestamp") and binding.FINALIZER in (c["metadata"].get("finalizers") or [])
+    ]
+    hosts = kube.list(METAL3, "BareMetalHost")
+    outcome = step_each(
+        [(claim, hosts) for claim in deleting],
+        lambda claim, all_hosts: _release(run, claim, [h for h in all_hosts if binding.consumed_by(h, claim)]),
+    )
+    outcome["orphans"] = _release_orphans(run, hosts, {binding.key(c): c for c in all_claims})
+    outcome["changed"] = outcome["changed"] or any(r["changed"] for r in outcome["orphans"])
+    outcome["pending"] = sum(1 for r in outcome["claims"] + outcome["orphans"] if r["state"] == "waiting")
+    return outcome
+
+
+def _release_orphans(run, hosts: list[dict], claims_by_key: dict) -> list[dict]:
+    results = []
+    for host in hosts:
+        if not orphaned(host, claims_by_key):
+            continue
+        ref = binding.consumer(host)
+        # The claim list may predate a claim created (and bound) since: only the claim itself,
+        # read now, proves it gone. A uid never comes back, so a mismatch is final.
+        current = run.kube.get(METAL3, "HostClaim", ref.get("name", ""), ref.get("namespace", ""))
+        if current is not None and binding.consumed_by(host, current):
+            continue
+        host_ns, host_name = binding.key(host)
+        result = {"host": f"{host_ns}/{host_name}", "consumer": f"{ref.get('namespace')}/{ref.get('name')}"}
+        try:
+            result.update(_give_back_clean(run, host, None))
+        except ConflictError as error:
+            # Written or deleted since we listed it (its provisioner, its namespace going away):
+            # the next run starts again from what is there.
+            result.update(state="conflict", message=str(error), changed=False)
+        results.append(result)
+    return results
+
+
+def _release(run, claim: dict, own: list[dict]) -> dict:
+    namespace, name = binding.key(claim)
+    result = {"namespace": namespace, "name": name, "host": None, "changed": False}
+    for host in own:
+        host_ns, host_name = binding.key(host)
+        result["host"] = f"{host_ns}/{host_name}"
+        step = _give_back_clean(run, host, claim)
+        result["changed"] = result["changed"] or step["changed"]
+        if step["state"] == "waiting":
+            result.update(state="waiting", message=step["message"])
+            return result
+    result["state"] = "released"
+    result["changed"] = True
+    if result["host"]:
+        run.event(claim, "Normal", "Released", f"BareMetalHost {result['host']} released")
+    if not run.check_mode:
+        updated = copy.deepcopy(claim)
+        updated["metadata"]["finalizers"] = [f for f in claim["metadata"]["finalizers"] if f != binding.FINALIZER]
+        run.kube.replace(updated)
+    return result
+
+
+def _give_back_clean(run, host: dict, claim: dict | None) -> dict:
+    """Scrub the host and delete our copies; once it is free again, clear its consumerRef."""
+    kube, check_mode = run.kube, run.check_mode
+    host_ns, host_name = binding.key(host)
+    result = {"changed": False}
+    scrubbed = scrubbed_spec(host)
+    if scrubbed != host:
+        result["changed"] = True
+        if not check_mode:
+            host = kube.replace(scrubbed)
+    # Our copies only (labelled as ours), never a Secret of a copy's name that we did not make.
+    copies = kube.list("v1", "Secret", host_ns, label_selector=COPY_OF_LABEL)
+    for name in sorted(binding.key(s)[1] for s in copies):
+        if name in {copied_secret_name(host_name, role) for role in DATA_ROLES}:
+            result["changed"] = True
+            if not check_mode:
+                kube.delete("v1", "Secret", name, host_ns)
+    state = ((host.get("status") or {}).get("provisioning") or {}).get("state", "")
+    if state not in FREE_STATES:
+        result["state"] = "waiting"
+        result["message"] = (
+            f"waiting for BareMetalHost {host_ns}/{host_name} to be deprovisioned (now {state or 'unknown'})"
+        )
+        if result["changed"] and claim is not None:
+            run.event(claim, "Normal", "Releasing", result["message"])
+        return result
+    released = copy.deepcopy(host)
+    released["spec"].pop("consumerRef", None)
+    result["changed"] = True
+    result["state"] = "released"
+    if not check_mode:
+        kube.replace(released)
+    return result

@@ -1,0 +1,199 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One run of the claim layer: what its steps share (client, status book, caches, token). I/O edge.
+
+A run is one module invocation: a single step, or release -> bind -> secrets -> sync in
+hostclaim_reconcile. Steps read through run.kube, note statuses in run.book, and finish()
+writes each claim's status once.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import METAL3, ConflictError
+
+
+class Snapshot:
+    """A Kube whose list() reads each (kind, namespace, selector) once and follows this process's own writes."""
+
+    def __init__(self, kube):
+        self._kube = kube
+        self._lists: dict = {}  # (api_version, kind, namespace, label_selector) -> {(namespace, name): object}
+        self.reads = 0  # list calls that went to the server
+
+    def list(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None):
+        key = (api_version, kind, namespace, label_selector)
+        if key not in self._lists:
+            self.reads += 1
+            objects = self._kube.list(api_version, kind, namespace, label_selector=label_selector)
+            self._lists[key] = {binding.key(obj): obj for obj in objects}
+        return [copy.deepcopy(obj) for obj in self._lists[key].values()]
+
+    def relist(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None):
+        self._lists.pop((api_version, kind, namespace, label_selector), None)
+        return self.list(api_version, kind, namespace, label_selector)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None):
+        return self._kube.get(api_version, kind, name, namespace)
+
+    def replace(self, obj: dict) -> dict:
+        return self._remember(self._kube.replace(obj))
+
+    def patch_status(self, obj: dict, status: dict) -> dict:
+        return self._remember(self._kube.patch_status(obj, status))
+
+    def create(self, obj: dict) -> dict:
+        return self._remember(self._kube.create(obj))
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
+        self._kube.delete(api_version, kind, name, namespace)
+        for (list_api, list_kind, list_ns, _selector), objects in self._lists.items():
+            if (list_api, list_kind) == (api_version, kind) and list_ns in (None, namespace):
+                objects.pop((namespace or "", name), None)
+
+    def _remember(self, written: dict) -> dict:
+        api_version, kind = written.get("apiVersion"), written.get("kind")
+        namespace = (written.get("metadata") or {}).get("namespace")
+        for list_key in list(self._lists):
+            list_api, list_kind, list_ns, selector = list_key
+            if (list_api, list_kind) != (api_version, kind) or list_ns not in (None, namespace):
+                continue
+            if selector:
+                del self._lists[list_key]  # whether it still matches is the server's call: read again if asked
+            else:
+                self._lists[list_key][binding.key(written)] = written
+        return copy.deepcopy(written)
+
+
+class ClaimRun:
+    def __init__(self, kube, wanted: list[dict] | None, timestamp: str, check_mode: bool):
+        self.kube = Snapshot(kube)
+        self.api = kube  # the client itself: its request counts
+        self.wanted = wanted
+        self.timestamp = timestamp
+        self.check_mode = check_mode
+        self.book = StatusBook(self.kube, timestamp, check_mode)
+        # Compared exactly, never by time: see _claims/pure/status.py locked_by_another.
+        self.token = uuid.uuid4().hex
+        self.first_seen: dict[tuple[str, str], dict] = {}  # claims as this run first listed them
+        self._secrets: dict[tuple[str, str], dict | None] = {}
+
+    def claims(self) -> list[dict]:
+        """The run's claims (those named in `wanted`, or all), oldest first.
+
+        hostclaim_reconcile's client answers lists with what this run wrote, so a later step
+        sees an earlier step's writes.
+        """
+        claims = select_claims(self.kube.list(METAL3, "HostClaim"), self.wanted)
+        for claim in claims:
+            self.first_seen.setdefault(binding.key(claim), claim)
+        return claims
+
+    def secret(self, namespace: str, name: str) -> dict | None:
+        """A tenant Secret, read at most once per run however many claims and roles name it."""
+        if (namespace, name) not in self._secrets:
+            self._secrets[(namespace, name)] = self.kube.get("v1", "Secret", name, namespace)
+        return self._secrets[(namespace, name)]
+
+    def event(self, obj: dict, event_type: str, reason: str, message: str) -> None:
+        events.record(self.kube, obj, event_type, reason, message, self.timestamp, self.check_mode)
+
+    def finish(self, result: dict) -> dict:
+        """Write the statuses; the module result with `changed` covering them and the run's API cost."""
+        self.book.flush()
+        result["changed"] = bool(result.get("changed")) or self.book.writes > 0
+        result["status_writes"] = self.book.writes
+        calls = getattr(self.api, "calls", None)
+        if calls is not None:
+            result["api_calls"] = dict(sorted(calls.items()))
+        return result
+
+
+def select_claims(claims: list[dict], wanted: list[dict] | None) -> list[dict]:
+    """The claims named in `wanted` ({namespace, name}), or all; oldest first so earlier requests win."""
+    if wanted:
+        keys = {(w["namespace"], w["name"]) for w in wanted}
+        claims = [c for c in claims if binding.key(c) in keys]
+    return sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp") or "", binding.key(c)))
+
+
+def committed(claim: dict, host: dict) -> bool:
+    """Whether the claim's status records the binding its host's consumerRef makes.
+
+    A binder commits a binding by writing the claim's status (see _claim_bind); until then the
+    binding may still be given back, so nothing of the tenant's may reach the host.
+    """
+    recorded = (claim.get("status") or {}).get("hardwareData") or {}
+    return (recorded.get("namespace"), recorded.get("name")) == binding.key(host)
+
+
+def bound_claims(run: ClaimRun) -> list[tuple[dict, dict]]:
+    """(claim, its host) for each live claim of ours whose binding is committed (or being committed by
+    this run): one list call per kind."""
+    claims = [
+        c
+        for c in run.claims()
+        if not c["metadata"].get("deletionTimestamp") and binding.claim_kind(c) == binding.DEFAULT_CLAIM_KIND
+    ]
+    hosts = run.kube.list(METAL3, "BareMetalHost") if claims else []
+    pairs = []
+    for claim in claims:
+        own = sorted((h for h in hosts if binding.consumed_by(h, claim)), key=binding.key)
+        if own and (committed(claim, own[0]) or run.book.is_committing(claim)):
+            pairs.append((claim, own[0]))
+    return pairs
+
+
+def namespace_labels(kube) -> dict:
+    """namespace name -> its labels (what hasLabels in a policy is checked against), in one list call."""
+    return {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")}
+
+
+def step_each(pairs: list[tuple[dict, object]], step, refresh=None) -> dict:
+    """Run step(claim, what it needs) -> result for each pair; a conflict on one claim does not stop the others.
+
+    On a conflict, refresh(claim, what) may read both again (None: nothing left to do) for one
+    more try: steps are idempotent, and the object most often changed under us because a
+    concurrent run wrote what we were about to write.
+    """
+    results = []
+    for claim, needed in pairs:
+        try:
+            results.append(step(claim, needed))
+            continue
+        except ConflictError as error:
+            conflict = error
+        fresh = refresh(claim, needed) if refresh else None
+        if fresh is not None:
+            try:
+                results.append(step(*fresh))
+                continue
+            except ConflictError as error:
+                conflict = error
+        namespace, name = binding.key(claim)
+        results.append(
+            {"namespace": namespace, "name": name, "state": "conflict", "message": str(conflict), "changed": False}
+        )
+    return {"changed": any(r["changed"] for r in results), "claims": results}
+
+
+def reread_bound(run: ClaimRun):
+    """A step_each refresh for (claim, host) pairs: both read again, None when they are no longer bound."""
+
+    def reread(claim: dict, host: dict):
+        namespace, name = binding.key(claim)
+        fresh_claim = run.kube.get(METAL3, "HostClaim", name, namespace)
+        fresh_host = run.kube.get(METAL3, "BareMetalHost", binding.key(host)[1], binding.key(host)[0])
+        if fresh_claim is None or fresh_host is None or fresh_claim["metadata"].get("deletionTimestamp"):
+            return None
+        if not binding.consumed_by(fresh_host, fresh_claim):
+            return None
+        run.book.wrote(fresh_claim)
+        return fresh_claim, fresh_host
+
+    return reread

@@ -1,0 +1,185 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Writing what the claim layer decided: claim status (once per run), finalizer, binding lock.
+
+Steps do not write a claim's status themselves. Each one notes what it found in the run's
+StatusBook; the book computes the whole status (every condition, then Ready) and writes it
+in one merge patch, only when it differs. A tenant watching a claim sees at most one status
+update per run and no transient Ready.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
+    BINDING_ANNOTATION,
+    binding_token,
+    desired_status,
+    status_patch,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import METAL3, ConflictError
+
+
+@dataclass
+class _Entry:
+    claim: dict  # the newest version of the claim this run knows (it follows the run's own writes)
+    conditions: dict = field(default_factory=dict)  # type -> (status, reason, message)
+    updates: dict = field(default_factory=dict)
+    # Set when this run took a host for the claim: the status write is then the commit point
+    # of the binding (guarded by the lock's resourceVersion); if it fails, give_back() runs.
+    give_back: object = None
+    results: list = field(default_factory=list)  # step results to mark when the write conflicts
+    on_commit: list = field(default_factory=list)  # callables run once the status is written (or was current)
+    written: bool = False
+
+
+class StatusBook:
+    """Each claim's status for one run: noted by the steps, written once by flush()."""
+
+    def __init__(self, kube, timestamp: str, check_mode: bool):
+        self._kube = kube
+        self._timestamp = timestamp
+        self._check_mode = check_mode
+        self._entries: dict[tuple[str, str], _Entry] = {}
+        self.writes = 0  # status writes this run made (or would make, in check mode)
+
+    def wrote(self, claim: dict) -> None:
+        """Remember a newer version of a claim: one this run wrote (as the API server returned it) or re-read."""
+        self._entry(claim).claim = claim
+
+    def note(
+        self,
+        claim: dict,
+        conditions: list[tuple[str, str, str, str]] = (),
+        updates: dict | None = None,
+        result: dict | None = None,
+    ) -> None:
+        """Record what a step found about `claim` (the newest version the step has); later notes win."""
+        entry = self._entry(claim)
+        entry.claim = claim
+        for type_, status, reason, message in conditions:
+            entry.conditions[type_] = (status, reason, message)
+        entry.updates.update(updates or {})
+        if result is not None:
+            entry.results.append(result)
+
+    def committing(self, claim: dict, give_back, on_commit) -> None:
+        """This run took a host for `claim`: its status write commits the binding (then on_commit()) or
+        give_back() undoes it."""
+        entry = self._entry(claim)
+        entry.give_back = give_back
+        entry.on_commit.append(on_commit)
+
+    def is_committing(self, claim: dict) -> bool:
+        entry = self._entries.get(binding.key(claim))
+        return bool(entry and entry.give_back is not None)
+
+    def desired(self, key: tuple[str, str]) -> dict:
+        entry = self._entries[key]
+        conditions = [(t, *v) for t, v in entry.conditions.items()]
+        return desired_status(entry.claim, entry.updates, conditions, self._timestamp)
+
+    def condition(self, claim: dict, type_: str) -> tuple[str, str, str] | None:
+        """What this run noted for a condition so far, or None."""
+        entry = self._entries.get(binding.key(claim))
+        return entry.conditions.get(type_) if entry else None
+
+    def flush(self, only: tuple[str, str] | None = None) -> dict:
+        """Write every noted claim's status that differs (or only one claim's); {key: changed | "conflict"}."""
+        outcome = {}
+        for key in [only] if only else sorted(self._entries):
+            entry = self._entries[key]
+            if entry.written:
+                continue
+            entry.written = True
+            outcome[key] = self._write(key, entry)
+            self.writes += outcome[key] is True
+            if outcome[key] != "conflict":
+                for then in entry.on_commit:
+                    then()
+        return outcome
+
+    def _write(self, key: tuple[str, str], entry: _Entry):
+        patch = status_patch(entry.claim, self.desired(key))
+        if patch is None:
+            return False
+        if self._check_mode:
+            return True
+        patch["lastUpdated"] = self._timestamp
+        try:
+            entry.claim = self._kube.patch_status(entry.claim, patch)
+            return True
+        except ConflictError as error:
+            conflict = error
+        # Someone wrote the claim since we read it. For a binding this run made, what it found
+        # still holds when no other binder locked the claim since (a binder must write its own
+        # token to lock it; a run that merely saw our binding writes the same status): commit it
+        # over the newer version. Any other status is left to the run that wrote: its view of
+        # the hosts is newer than ours (claims are always listed before hosts), and the write
+        # it made is an event that brings the claim back to the next run.
+        fresh = self._kube.get(METAL3, "HostClaim", key[1], key[0]) if entry.give_back is not None else None
+        still_ours = (
+            fresh is not None
+            and fresh["metadata"].get("generation") == entry.claim["metadata"].get("generation")
+            and binding_token(fresh) == binding_token(entry.claim)
+        )
+        if still_ours:
+            entry.claim = fresh
+            patch = status_patch(fresh, self.desired(key))
+            if patch is None:
+                return False
+            patch["lastUpdated"] = self._timestamp
+            try:
+                entry.claim = self._kube.patch_status(fresh, patch)
+                return True
+            except ConflictError as error:
+                conflict = error
+        if entry.give_back is not None:
+            # Another binder locked the claim after us: it may hold another host for it. Give
+            # ours back so the claim never owns two.
+            entry.give_back()
+        for result in entry.results:
+            result.update(state="conflict", message=str(conflict), changed=False)
+            if "action" in result:  # a bind result: the host went back
+                result.update(action="conflict", host=None)
+        return "conflict"
+
+    def _entry(self, claim: dict) -> _Entry:
+        key = binding.key(claim)
+        if key not in self._entries:
+            self._entries[key] = _Entry(claim=claim)
+        return self._entries[key]
+
+
+def lock_for_binding(kube, claim: dict, token: str, check_mode: bool) -> dict:
+    """Write the claim (finalizer + this run's token) under its resourceVersion before taking a host.
+
+    Binders that read the same claim version race on this write: at most one wins (the token
+    makes every run's write a real change, so the resourceVersion always moves), and the
+    status written after the host is guarded by the winner's new resourceVersion, so a claim
+    can never end up owning two hosts. Raises ConflictError for the losers.
+    """
+    if check_mode:
+        return claim
+    updated = copy.deepcopy(claim)
+    meta = updated["metadata"]
+    finalizers = meta.get("finalizers") or []
+    if binding.FINALIZER not in finalizers:
+        meta["finalizers"] = [*finalizers, binding.FINALIZER]
+    meta.setdefault("annotations", {})[BINDING_ANNOTATION] = token
+    return kube.replace(updated)
+
+
+def with_finalizer(kube, claim: dict, check_mode: bool) -> tuple[dict, bool]:
+    """Make sure the claim carries our finalizer, so its deletion waits for the release."""
+    finalizers = claim["metadata"].get("finalizers") or []
+    if binding.FINALIZER in finalizers:
+        return claim, False
+    if check_mode:
+        return claim, True
+    updated = copy.deepcopy(claim)
+    updated["metadata"]["finalizers"] = [*finalizers, binding.FINALIZER]
+    return kube.replace(updated), True

@@ -1,0 +1,177 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Which BareMetalHost a HostClaim gets. Pure: the caller reads, this decides, the caller writes.
+
+The BMH's ``spec.consumerRef`` is the one truth about a binding: a host whose
+consumerRef names the claim (same namespace, name and, when recorded, uid) is the
+claim's host, whatever the claim's status says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.selectors import (
+    SelectorError,
+    matches,
+    validate,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+
+CLAIM_KIND = "HostClaim"
+DEFAULT_CLAIM_KIND = "baremetal"
+FINALIZER = "metal3.io/hostclaim"
+# A host's failure domain: Cluster API's label (what Metal3 users set), else the well-known zone label.
+FAILURE_DOMAIN_LABELS = ("infrastructure.cluster.x-k8s.io/failure-domain", "topology.kubernetes.io/zone")
+
+# Association reasons (the user guide's names).
+ASSOCIATED = "BareMetalHostAssociated"
+NO_HOST = "NoBareMetalHost"
+NOT_AUTHORIZED = "NotAuthorized"
+MISSING_HOST = "MissingBareMetalHost"
+INVALID_SELECTOR = "InvalidHostSelector"
+
+
+def key(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def claim_ref(claim: dict) -> dict:
+    meta = claim["metadata"]
+    return {
+        "apiVersion": metal3.API_VERSION,
+        "kind": CLAIM_KIND,
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "uid": meta.get("uid", ""),
+    }
+
+
+def consumer(host: dict) -> dict | None:
+    return (host.get("spec") or {}).get("consumerRef") or None
+
+
+def consumed_by(host: dict, claim: dict) -> bool:
+    ref = consumer(host)
+    if not ref or ref.get("kind") != CLAIM_KIND:
+        return False
+    namespace, name = key(claim)
+    if (ref.get("namespace"), ref.get("name")) != (namespace, name):
+        return False
+    # A claim deleted and re-created under the same name is another claim.
+    uid = ref.get("uid")
+    return not uid or uid == claim["metadata"].get("uid")
+
+
+def claim_kind(claim: dict) -> str:
+    return (claim.get("spec") or {}).get("kind") or DEFAULT_CLAIM_KIND
+
+
+def why_not_free(host: dict) -> str | None:
+    """None when the host may be bound; otherwise why not."""
+    meta = host.get("metadata") or {}
+    status = host.get("status") or {}
+    if consumer(host):
+        return "already consumed"
+    if meta.get("deletionTimestamp"):
+        return "being deleted"
+    if metal3.PAUSED_ANNOTATION in (meta.get("annotations") or {}):
+        return "paused"
+    if status.get("errorType"):
+        return f"in error ({status['errorType']})"
+    state = (status.get("provisioning") or {}).get("state", "")
+    if state not in metal3.FREE_STATES:
+        return f"in state {state or 'unknown'!r}"
+    return None
+
+
+def failure_domain(host: dict) -> str | None:
+    labels = (host.get("metadata") or {}).get("labels") or {}
+    return next((labels[label] for label in FAILURE_DOMAIN_LABELS if labels.get(label)), None)
+
+
+def _spread(claim: dict, host: dict) -> str:
+    # Each claim ranks equal candidates in its own pseudo-random order, so binders
+    # working on different claims at the same time rarely reach for the same host.
+    seed = f"{claim['metadata'].get('uid', '')}/{key(claim)}/{host['metadata'].get('uid', '')}/{key(host)}"
+    return hashlib.sha256(seed.encode()).hexdigest()
+
+
+@dataclass
+class Plan:
+    """What to do for one claim."""
+
+    claim: dict
+    action: str  # keep | bind | refuse | skip
+    host: dict | None = None  # keep: the host whose consumerRef names the claim
+    candidates: list[dict] = field(default_factory=list)  # bind: in order of preference
+    reason: str = ""  # refuse/skip: Association reason; bind: MISSING_HOST when its host vanished
+    message: str = ""
+    extra_hosts: list[dict] = field(default_factory=list)  # keep: other hosts naming the claim, to give back
+    stale_status: bool = False  # the claim's status names a host that is not its own
+
+    def no_host_message(self) -> str:
+        # Tenants read this: what they can act on, never the names of namespaces they cannot see.
+        return "no free BareMetalHost matches spec.hostSelector among the hosts this namespace may use"
+
+
+def plan(claim: dict, hosts: list[dict], authorized_namespaces: list[str]) -> Plan:
+    """Decide for one claim, given every host the caller can see and the namespaces policies admit it to."""
+    spec = claim.get("spec") or {}
+    status = claim.get("status") or {}
+    if claim["metadata"].get("deletionTimestamp"):
+        return Plan(claim, "skip", reason="Deleting", message="the claim is being deleted")
+    if claim_kind(claim) != DEFAULT_CLAIM_KIND:
+        return Plan(claim, "skip", reason="OtherKind", message=f"kind {claim_kind(claim)!r} is for another controller")
+
+    own = [h for h in hosts if consumed_by(h, claim)]
+    recorded = status.get("hardwareData") or {}
+    recorded_key = (recorded.get("namespace", ""), recorded.get("name", ""))
+    if own:
+        # Two hosts naming one claim only follow a crash between taking a host and undoing it:
+        # keep the one the status names (else the first, stably) and give the others back.
+        own.sort(key=lambda h: (key(h) != recorded_key, key(h)))
+        keep = Plan(claim, "keep", host=own[0], stale_status=bool(recorded) and recorded_key != key(own[0]))
+        keep.extra_hosts = own[1:]
+        return keep
+
+    stale = bool(recorded)
+    missing = stale and not any(key(h) == recorded_key for h in hosts)
+    selector = spec.get("hostSelector") or {}
+    try:
+        validate(selector)
+    except SelectorError as error:
+        return Plan(claim, "refuse", reason=INVALID_SELECTOR, message=str(error), stale_status=stale)
+    in_namespace = selector.get("inNamespace")
+    allowed = [ns for ns in authorized_namespaces if not in_namespace or ns == in_namespace]
+    if not allowed:
+        # Tenants read this: say no, but not which policies of which infra namespaces said it
+        # (hostdeploypolicy_check gives the infra team the per-policy detail).
+        where = f" in namespace {in_namespace!r}" if in_namespace else ""
+        message = f"no HostDeployPolicy{where} admits namespace {key(claim)[0]!r}"
+        return Plan(claim, "refuse", reason=NOT_AUTHORIZED, message=message, stale_status=stale)
+
+    domain = spec.get("failureDomain")
+    eligible = [
+        h
+        for h in hosts
+        if key(h)[0] in allowed
+        and matches(selector, (h.get("metadata") or {}).get("labels"))
+        and why_not_free(h) is None
+    ]
+    eligible.sort(
+        key=lambda h: (
+            0 if domain and failure_domain(h) == domain else 1,
+            _spread(claim, h),
+        )
+    )
+    reason = MISSING_HOST if missing else ""
+    message = f"BareMetalHost {recorded_key[0]}/{recorded_key[1]} no longer exists" if missing else ""
+    if not eligible:
+        refused = Plan(claim, "refuse", reason=MISSING_HOST if missing else NO_HOST, stale_status=stale)
+        refused.message = (message + "; " if missing else "") + refused.no_host_message()
+        return refused
+    bind = Plan(claim, "bind", candidates=eligible, reason=reason, message=message, stale_status=stale)
+    return bind

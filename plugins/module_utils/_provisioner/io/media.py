@@ -1,0 +1,92 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The directory shared by the provisioner and the media server (controller/metalclaim/mediaserver.py).
+
+Layout under ``media_dir``::
+
+    media/<token>/<filename>     served read-only at GET /media/<token>/<filename>
+    callbacks/<token>.json       written once by the server on POST /callback/<token>
+
+The token is the only secret: it is unguessable, appears in no listing, and is withdrawn
+after use. Tokens, names and URLs: _provisioner/pure/media_protocol.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import (
+    CALLBACK_SUBDIR,
+    CALLBACK_SUFFIX,
+    MEDIA_SUBDIR,
+    check_filename,
+    check_token,
+    new_token,
+)
+
+
+def _private_dir(path: str) -> None:
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)  # makedirs' mode is filtered by the umask
+
+
+def _write_private(path: str, data: bytes) -> None:
+    """Write atomically (a reader sees the old file or the whole new one), mode 0600."""
+    directory, name = os.path.split(path)
+    temporary = os.path.join(directory, f".{name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def media_path(media_dir: str, token: str, filename: str) -> str:
+    check_token(token)
+    check_filename(filename)
+    return os.path.join(media_dir, MEDIA_SUBDIR, token, filename)
+
+
+def callback_path(media_dir: str, token: str) -> str:
+    check_token(token)
+    return os.path.join(media_dir, CALLBACK_SUBDIR, token + CALLBACK_SUFFIX)
+
+
+def publish(media_dir: str, filename: str, data: bytes, token: str | None = None) -> tuple[str, str]:
+    """Make ``data`` downloadable under a fresh token (or a given one, e.g. the one a config drive
+    already carries for its callback). Returns (token, path)."""
+    token = new_token() if token is None else token
+    path = media_path(media_dir, token, filename)
+    _private_dir(media_dir)
+    _private_dir(os.path.join(media_dir, MEDIA_SUBDIR))
+    _private_dir(os.path.join(media_dir, CALLBACK_SUBDIR))
+    _private_dir(os.path.dirname(path))
+    _write_private(path, data)
+    return token, path
+
+
+def callback_result(media_dir: str, token: str) -> dict | None:
+    """The image writer's report ({"status", "message", "received_at"}) once it arrived, else None."""
+    try:
+        with open(callback_path(media_dir, token), "rb") as handle:
+            return json.loads(handle.read().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+def withdraw(media_dir: str, token: str) -> None:
+    """Remove a token's media and callback; the token then means nothing to the server. Idempotent."""
+    check_token(token)
+    shutil.rmtree(os.path.join(media_dir, MEDIA_SUBDIR, token), ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(callback_path(media_dir, token))

@@ -1,0 +1,824 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The BareMetalHost state machine of the Redfish provisioner. Pure: no I/O.
+
+One call of `decide` advances one host by one step. The edge (``_provisioner/io/provisioner.py``)
+first asks `observations` what to read from the BMC, reads it, then applies the
+returned `Step`: BMC actions in order, then the host's annotations/finalizer, then its
+status. Every step is computed from the host as it is now plus what the BMC says, so a
+step may be re-run at any point (after a crash, a conflict or a timeout) and converges.
+
+States and status fields are Metal3's, so ``kubectl get bmh`` reads as users expect.
+Bookkeeping the status schema has no field for (an operation in flight, a pending soft
+power-off) lives in ``provisioner.metalclaim.io/*`` annotations on the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from dataclasses import dataclass, field
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import media_url
+
+# Metal3 provisioning states.
+NONE = ""
+UNMANAGED = "unmanaged"
+REGISTERING = "registering"
+INSPECTING = "inspecting"
+AVAILABLE = "available"
+PROVISIONING = "provisioning"
+PROVISIONED = "provisioned"
+DEPROVISIONING = "deprovisioning"
+EXTERNALLY_PROVISIONED = "externally provisioned"
+POWERING_OFF_BEFORE_DELETE = "powering off before delete"
+DELETING = "deleting"
+# States that hold one of the provisioning-concurrency slots (Metal3's limit counts these).
+BUSY_STATES = (PROVISIONING, DEPROVISIONING)
+
+# Metal3 error types.
+REGISTRATION_ERROR = "registration error"
+PROVISIONED_REGISTRATION_ERROR = "provisioned registration error"
+INSPECTION_ERROR = "inspection error"
+PROVISIONING_ERROR = "provisioning error"
+POWER_ERROR = "power management error"
+
+PAUSED_ANNOTATION = "baremetalhost.metal3.io/paused"
+DETACHED_ANNOTATION = "baremetalhost.metal3.io/detached"
+INSPECT_ANNOTATION = "inspect.metal3.io"
+REBOOT_ANNOTATION = "reboot.metal3.io"
+# Who provisions this host: absent or "metalclaim" is us; anything else (say "metal3")
+# leaves it to that provisioner. Also read as a label on the host's Namespace.
+PROVISIONER_ANNOTATION = "metalclaim.io/provisioner"
+OURS = "metalclaim"
+FINALIZER = "metalclaim.io/provisioner"
+OPERATION_ANNOTATION = "provisioner.metalclaim.io/operation"
+POWER_OFF_ANNOTATION = "provisioner.metalclaim.io/power-off"
+
+CLEANED_CONDITION = "Cleaned"
+DISK_FORMATS = ("qcow2", "raw")
+LIVE_ISO = "live-iso"
+
+# Observations the edge can make (one Redfish read each, roughly).
+PROBE = "probe"
+POWER = "power"
+BOOT = "boot"
+MEDIA = "media"
+INVENTORY = "inventory"
+CALLBACK = "callback"
+
+# Virtual media devices: the CD carries the live ISO or the deploy ISO, the second
+# device the per-host config drive.
+CD = "cd"
+CONFIG_DEVICE = "config"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the infrastructure team configures for the provisioner."""
+
+    deploy_iso_url: str | None = None  # the image writer's live ISO; without it, no disk images or cleaning
+    media_url: str = ""  # base URL of the media server that serves config drives and takes callbacks
+    power_off_timeout: float = 60.0  # a soft power-off gets this long before a hard one
+    callback_timeout: float = 1800.0  # the image writer must call back within this
+    backoff_base: float = 10.0
+    backoff_cap: float = 600.0
+
+
+@dataclass
+class Context:
+    """The facts about one host the edge gathered before the step."""
+
+    now: str
+    settings: Settings = field(default_factory=Settings)
+    credentials_version: str | None = None  # the BMC Secret's resourceVersion, None when unreadable
+    credentials_problem: str = ""  # why the BMC Secret cannot be used (missing, no username...)
+    address_problem: str = ""  # why spec.bmc.address cannot be used
+    slot_free: bool = True  # a provisioning-concurrency slot is free for this host
+    new_token: str = ""  # a fresh unguessable token, used if this step publishes media
+
+
+@dataclass
+class Step:
+    """What to do for one host: actions on the BMC/media, then metadata, then status."""
+
+    state: str
+    actions: list = field(default_factory=list)  # ("power", action) ("insert", device, url) ...
+    status: dict = field(default_factory=dict)  # status fields to set; None removes one
+    annotations: dict = field(default_factory=dict)  # annotation changes; None removes one
+    finalizer: str = ""  # "add", "remove" or ""
+    hardware: dict | None = None  # write HardwareData with this
+    event: tuple | None = None  # (type, reason, message) recorded on the host
+    requeue_after: float | None = None  # when to look again, in seconds
+    skipped: str = ""  # why nothing was done (paused, not ours, backing off)
+
+
+CONFIG_DRIVE_FILE = "config-drive.iso"
+
+
+def config_drive_url(settings: Settings, token: str) -> str:
+    return media_url(settings.media_url, token, CONFIG_DRIVE_FILE)
+
+
+# -- reading a host --------------------------------------------------------------------
+
+
+def state_of(host: dict) -> str:
+    return ((host.get("status") or {}).get("provisioning") or {}).get("state") or NONE
+
+
+def annotations_of(host: dict) -> dict:
+    return (host.get("metadata") or {}).get("annotations") or {}
+
+
+def _json_annotation(host: dict, name: str) -> dict:
+    raw = annotations_of(host).get(name)
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def operation(host: dict) -> dict:
+    """The operation in flight: {kind: live-iso|deploy|clean, token, started, powered}."""
+    return _json_annotation(host, OPERATION_ANNOTATION)
+
+
+def is_ours(host: dict, namespace_labels: dict) -> bool:
+    """Whether this provisioner drives the host (Metal3's BMO may own it instead)."""
+    annotation = annotations_of(host).get(PROVISIONER_ANNOTATION)
+    if annotation is not None:
+        return annotation == OURS
+    return namespace_labels.get(PROVISIONER_ANNOTATION, OURS) == OURS
+
+
+def parse_time(timestamp: str) -> datetime.datetime:
+    return datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+
+
+def seconds_between(earlier: str, later: str) -> float:
+    try:
+        return (parse_time(later) - parse_time(earlier)).total_seconds()
+    except (TypeError, ValueError):
+        return float("inf")  # an unreadable timestamp counts as long ago
+
+
+def backoff(error_count: int, settings: Settings) -> float:
+    """Exponential backoff after consecutive errors: base, 2*base, 4*base ... up to the cap."""
+    if error_count <= 0:
+        return 0.0
+    return min(settings.backoff_base * 2 ** min(error_count - 1, 30), settings.backoff_cap)
+
+
+def waiting_for_backoff(host: dict, ctx: Context) -> float:
+    """Seconds left before a host in error may be retried (0 when it may be now)."""
+    status = host.get("status") or {}
+    if status.get("operationalStatus") != "error":
+        return 0.0
+    wait = backoff(int(status.get("errorCount") or 0), ctx.settings)
+    elapsed = seconds_between(status.get("lastUpdated") or "", ctx.now)
+    return max(0.0, wait - elapsed)
+
+
+def wants_power_on(host: dict) -> bool:
+    """spec.online, unless a reboot annotation holds the host off."""
+    return bool((host.get("spec") or {}).get("online")) and not _reboot_holds(host)
+
+
+def _reboot_holds(host: dict) -> bool:
+    return any(name == REBOOT_ANNOTATION or name.startswith(REBOOT_ANNOTATION + "/") for name in annotations_of(host))
+
+
+def reboot_mode(host: dict) -> str:
+    """'hard' when any reboot annotation asks {"mode": "hard"}, else 'soft' (Metal3's default)."""
+    for name, value in annotations_of(host).items():
+        if name == REBOOT_ANNOTATION or name.startswith(REBOOT_ANNOTATION + "/"):
+            try:
+                if (json.loads(value) or {}).get("mode") == "hard":
+                    return "hard"
+            except (ValueError, AttributeError):
+                continue
+    return "soft"
+
+
+def image_of(host: dict) -> dict | None:
+    image = (host.get("spec") or {}).get("image")
+    return image if image and image.get("url") else None
+
+
+def cleaning_wanted(host: dict) -> bool:
+    return (host.get("spec") or {}).get("automatedCleaningMode", "metadata") != "disabled"
+
+
+# -- what to read ----------------------------------------------------------------------
+
+
+def observations(host: dict, ctx: Context) -> tuple:
+    """What the edge must read from the BMC (and the media directory) before `decide`."""
+    state = state_of(host)
+    if _hands_off(host) or _registration_blocked(ctx) or state in (NONE, UNMANAGED, DELETING):
+        return ()
+    if not ((host.get("spec") or {}).get("bmc") or {}).get("address"):
+        return ()  # no BMC to read (decide makes such a host unmanaged)
+    if (host.get("metadata") or {}).get("deletionTimestamp"):
+        return (POWER,) if state == POWERING_OFF_BEFORE_DELETE else ()
+    needs = []
+    if state == REGISTERING or _credentials_changed(host, ctx):
+        needs.append(PROBE)
+    if state == REGISTERING:
+        return tuple(needs)
+    if state == INSPECTING:
+        return (*needs, INVENTORY)
+    needs.append(POWER)
+    if state in (PROVISIONING, DEPROVISIONING):
+        needs += [BOOT, MEDIA]
+        if operation(host).get("token"):
+            needs.append(CALLBACK)
+    return tuple(needs)
+
+
+def needs_credentials(host: dict) -> bool:
+    """Whether this step may talk to the BMC or judge its credentials: only then is the BMC Secret read.
+
+    Paused and detached hosts, hosts without a BMC address, hosts not yet registering and
+    deletions that need no power-off take their step without it (see `decide`).
+    """
+    state = state_of(host)
+    if _hands_off(host) or state in (NONE, UNMANAGED, DELETING):
+        return False
+    if not ((host.get("spec") or {}).get("bmc") or {}).get("address"):
+        return False
+    if (host.get("metadata") or {}).get("deletionTimestamp"):
+        return state == POWERING_OFF_BEFORE_DELETE
+    return True
+
+
+def _hands_off(host: dict) -> bool:
+    annotations = annotations_of(host)
+    return PAUSED_ANNOTATION in annotations or DETACHED_ANNOTATION in annotations
+
+
+def _registration_blocked(ctx: Context) -> bool:
+    return bool(ctx.address_problem or ctx.credentials_problem)
+
+
+def _credentials_changed(host: dict, ctx: Context) -> bool:
+    good = (host.get("status") or {}).get("goodCredentials") or {}
+    return good.get("credentialsVersion") != ctx.credentials_version
+
+
+# -- the step --------------------------------------------------------------------------
+
+
+def decide(host: dict, observed: dict, ctx: Context) -> Step:
+    """The next step for `host`, given what was read from its BMC (`observed`, keyed by observation)."""
+    state = state_of(host)
+    annotations = annotations_of(host)
+    meta = host.get("metadata") or {}
+    if PAUSED_ANNOTATION in annotations:
+        return Step(state, skipped="paused")
+    if meta.get("deletionTimestamp"):
+        return _deleting(host, observed, ctx)
+    if DETACHED_ANNOTATION in annotations:
+        step = Step(state, skipped="detached")
+        if (host.get("status") or {}).get("operationalStatus") != "detached":
+            step.status["operationalStatus"] = "detached"
+        return step
+    if not ((host.get("spec") or {}).get("bmc") or {}).get("address"):
+        return _ok(Step(UNMANAGED), host) if state != UNMANAGED else Step(UNMANAGED, skipped="no BMC address")
+    if state in (NONE, UNMANAGED):
+        step = Step(
+            REGISTERING, finalizer="add", event=("Normal", "Registering", "registering the BMC"), requeue_after=0
+        )
+        step.status["operationHistory"] = _history(host, "register", start=ctx.now)
+        return _ok(step, host)
+    if _registration_blocked(ctx):
+        return failed(host, ctx.address_problem or ctx.credentials_problem, ctx, error_type=_registration_error(host))
+    if PROBE in observed:
+        registered = _record_credentials(host, observed, ctx)
+        if state != REGISTERING:
+            handler = _HANDLERS.get(state)
+            step = handler(host, observed, ctx) if handler else Step(state)
+            return _with_credentials(step, registered)
+        return _registered(host, registered, ctx)
+    handler = _HANDLERS.get(state)
+    if handler is None:
+        return Step(state, skipped=f"state {state!r} is not handled by this provisioner")
+    return handler(host, observed, ctx)
+
+
+def failed(host: dict, message: str, ctx: Context, error_type: str | None = None) -> Step:
+    """The step after an error: Metal3's error fields, counted, so the next try backs off."""
+    status = host.get("status") or {}
+    state = state_of(host)
+    count = int(status.get("errorCount") or 0) + 1
+    step = Step(state)
+    step.status.update(
+        operationalStatus="error",
+        errorType=error_type or _error_type_for(state),
+        errorMessage=message,
+        errorCount=count,
+    )
+    step.requeue_after = backoff(count, ctx.settings)
+    if (status.get("errorType"), status.get("errorMessage")) != (step.status["errorType"], message):
+        step.event = ("Warning", "Error", message)
+    return step
+
+
+def _error_type_for(state: str) -> str:
+    return {
+        REGISTERING: REGISTRATION_ERROR,
+        INSPECTING: INSPECTION_ERROR,
+        PROVISIONING: PROVISIONING_ERROR,
+        DEPROVISIONING: PROVISIONING_ERROR,
+    }.get(state, POWER_ERROR)
+
+
+def _registration_error(host: dict) -> str:
+    return PROVISIONED_REGISTRATION_ERROR if state_of(host) == PROVISIONED else REGISTRATION_ERROR
+
+
+def _ok(step: Step, host: dict) -> Step:
+    """Clear a previous error: this step went through."""
+    status = host.get("status") or {}
+    if status.get("operationalStatus") != "OK" and "operationalStatus" not in step.status:
+        step.status["operationalStatus"] = "OK"
+    if status.get("errorType") or status.get("errorMessage") or status.get("errorCount"):
+        step.status.update(errorType="", errorMessage="", errorCount=0)
+    return step
+
+
+def _history(host: dict, operation_name: str, start: str | None = None, end: str | None = None) -> dict:
+    history = dict((host.get("status") or {}).get("operationHistory") or {})
+    entry = dict(history.get(operation_name) or {})
+    if start is not None:
+        entry = {"start": start}
+    if end is not None:
+        entry["end"] = end
+    history[operation_name] = entry
+    return history
+
+
+def _transition(host: dict, step: Step, new_state: str, reason: str, message: str) -> Step:
+    step.state = new_state
+    step.event = ("Normal", reason, message)
+    step.requeue_after = 0  # the new state has work of its own
+    return step
+
+
+# registering ------------------------------------------------------------------------------
+
+
+def _record_credentials(host: dict, observed: dict, ctx: Context) -> dict | None:
+    """goodCredentials after a successful probe, or None when the probe failed."""
+    if observed.get(PROBE) is not True:
+        return None
+    spec_bmc = (host.get("spec") or {}).get("bmc") or {}
+    return {
+        "credentials": {"name": spec_bmc.get("credentialsName"), "namespace": host["metadata"]["namespace"]},
+        "credentialsVersion": ctx.credentials_version,
+    }
+
+
+def _with_credentials(step: Step, registered: dict | None) -> Step:
+    if registered is not None:
+        step.status["goodCredentials"] = registered
+    return step
+
+
+def _registered(host: dict, registered: dict | None, ctx: Context) -> Step:
+    if registered is None:
+        return failed(host, "the BMC did not answer the probe", ctx, error_type=REGISTRATION_ERROR)
+    spec = host.get("spec") or {}
+    step = Step(REGISTERING)
+    step.status["goodCredentials"] = registered
+    step.status["operationHistory"] = _history(host, "register", end=ctx.now)
+    if spec.get("externallyProvisioned"):
+        _transition(host, step, EXTERNALLY_PROVISIONED, "Registered", "BMC registered; externally provisioned")
+    elif annotations_of(host).get(INSPECT_ANNOTATION) == "disabled" or spec.get("inspectionMode") == "disabled":
+        _transition(host, step, AVAILABLE, "Registered", "BMC registered; inspection disabled")
+    else:
+        _transition(host, step, INSPECTING, "Registered", "BMC registered; inspecting")
+        step.status["operationHistory"] = _history(
+            {"status": {"operationHistory": step.status["operationHistory"]}}, "inspect", start=ctx.now
+        )
+    return _ok(step, host)
+
+
+# inspecting -------------------------------------------------------------------------------
+
+
+def _inspecting(host: dict, observed: dict, ctx: Context) -> Step:
+    hardware = observed.get(INVENTORY) or {}
+    boot_mac = ((host.get("spec") or {}).get("bootMACAddress") or "").lower()
+    macs = {(nic.get("mac") or "").lower() for nic in hardware.get("nics") or []}
+    if boot_mac and macs and boot_mac not in macs:
+        return failed(
+            host,
+            f"spec.bootMACAddress {boot_mac} is not among the NICs the BMC reports ({', '.join(sorted(macs))})",
+            ctx,
+            error_type=INSPECTION_ERROR,
+        )
+    step = Step(INSPECTING, hardware=hardware)
+    step.status["hardware"] = hardware
+    step.status["operationHistory"] = _history(host, "inspect", end=ctx.now)
+    _transition(host, step, AVAILABLE, "InspectionComplete", _inspection_summary(hardware))
+    return _ok(step, host)
+
+
+def _inspection_summary(hardware: dict) -> str:
+    nics = len(hardware.get("nics") or [])
+    cpu = (hardware.get("cpu") or {}).get("count")
+    ram = hardware.get("ramMebibytes")
+    parts = [f"{nics} NIC(s)"]
+    if cpu:
+        parts.append(f"{cpu} CPU(s)")
+    if ram:
+        parts.append(f"{ram} MiB RAM")
+    return "hardware inspected: " + ", ".join(parts)
+
+
+# power (available, provisioned, externally provisioned) -----------------------------------
+
+
+def _follow_power(host: dict, observed: dict, ctx: Context, step: Step) -> Step:
+    """Make power follow spec.online and the reboot annotations, soft then hard.
+
+    A pending soft power-off is remembered in an annotation: after power_off_timeout
+    without the host going off, a hard one follows. The bare reboot annotation is
+    removed once the host is off (the off half of the reboot is done); online then
+    powers it back on at the next step.
+    """
+    power = observed.get(POWER)
+    step.status["poweredOn"] = power == "On"
+    pending = _json_annotation(host, POWER_OFF_ANNOTATION)
+    if power not in ("On", "Off"):  # PoweringOn/PoweringOff: the BMC is on it
+        step.requeue_after = 2
+        return step
+    if not wants_power_on(host):
+        if power == "On":
+            if not pending:
+                hard = reboot_mode(host) == "hard"
+                step.actions.append(("power", "ForceOff" if hard else "GracefulShutdown"))
+                step.annotations[POWER_OFF_ANNOTATION] = json.dumps(
+                    {"since": ctx.now, "mode": "hard" if hard else "soft"}
+                )
+            elif pending.get("mode") == "soft" and seconds_between(pending.get("since"), ctx.now) >= (
+                ctx.settings.power_off_timeout
+            ):
+                step.actions.append(("power", "ForceOff"))
+                step.annotations[POWER_OFF_ANNOTATION] = json.dumps({"since": ctx.now, "mode": "hard"})
+            step.requeue_after = 2
+            return step
+        if pending:
+            step.annotations[POWER_OFF_ANNOTATION] = None
+        if REBOOT_ANNOTATION in annotations_of(host):
+            step.annotations[REBOOT_ANNOTATION] = None  # off half done; online powers it back on
+            step.requeue_after = 1
+        return step
+    if pending:
+        step.annotations[POWER_OFF_ANNOTATION] = None
+    if power == "Off":
+        step.actions.append(("power", "On"))
+        step.requeue_after = 2
+    return step
+
+
+def _available(host: dict, observed: dict, ctx: Context) -> Step:
+    spec = host.get("spec") or {}
+    step = Step(AVAILABLE)
+    if spec.get("externallyProvisioned"):
+        return _ok(
+            _transition(host, step, EXTERNALLY_PROVISIONED, "ExternallyProvisioned", "marked externally provisioned"),
+            host,
+        )
+    image = image_of(host)
+    # As in the user guide: provisioning starts once the host has an image and is asked online.
+    if image and spec.get("online"):
+        problem = _image_problem(image, ctx)
+        if problem:
+            return failed(host, problem, ctx, error_type=PROVISIONING_ERROR)
+        if not ctx.slot_free:
+            step.status["operationalStatus"] = "delayed"
+            step.requeue_after = 10
+            return step
+        step.status["operationHistory"] = _history(host, "provision", start=ctx.now)
+        step.status["lastAttemptedImage"] = image
+        return _ok(_transition(host, step, PROVISIONING, "ProvisioningStarted", f"provisioning {image['url']}"), host)
+    return _ok(_follow_power(host, observed, ctx, step), host)
+
+
+def _image_problem(image: dict, ctx: Context) -> str:
+    image_format = image.get("format") or ""
+    if image_format == LIVE_ISO:
+        return ""
+    if image_format and image_format not in DISK_FORMATS:
+        return f"spec.image.format {image_format!r} is not supported (use live-iso, qcow2 or raw)"
+    if not ctx.settings.deploy_iso_url:
+        return "disk images need a deploy ISO (the image writer): none is configured for this provisioner"
+    if not image.get("checksum"):
+        return "spec.image.checksum is required for disk images"
+    return ""
+
+
+def _provisioned(host: dict, observed: dict, ctx: Context) -> Step:
+    step = Step(PROVISIONED)
+    if not image_of(host):
+        return _ok(_start_deprovisioning(host, step, ctx, "image removed"), host)
+    return _ok(_follow_power(host, observed, ctx, step), host)
+
+
+def _externally_provisioned(host: dict, observed: dict, ctx: Context) -> Step:
+    step = Step(EXTERNALLY_PROVISIONED)
+    if not (host.get("spec") or {}).get("externallyProvisioned"):
+        return _ok(_start_deprovisioning(host, step, ctx, "no longer externally provisioned"), host)
+    return _ok(_follow_power(host, observed, ctx, step), host)
+
+
+def _start_deprovisioning(host: dict, step: Step, ctx: Context, why: str) -> Step:
+    if not ctx.slot_free:
+        step.status["operationalStatus"] = "delayed"
+        step.requeue_after = 10
+        return step
+    step.status["operationHistory"] = _history(host, "deprovision", start=ctx.now)
+    return _transition(host, step, DEPROVISIONING, "DeprovisioningStarted", f"deprovisioning: {why}")
+
+
+# provisioning ------------------------------------------------------------------------------
+
+
+def _provisioning(host: dict, observed: dict, ctx: Context) -> Step:
+    image = image_of(host)
+    step = Step(PROVISIONING)
+    step.status["poweredOn"] = observed.get(POWER) == "On"
+    if not image:
+        step.annotations[OPERATION_ANNOTATION] = None
+        if operation(host).get("token"):
+            step.actions.append(("withdraw", operation(host)["token"]))
+        # The host already holds a concurrency slot: deprovisioning it needs no other.
+        return _ok(_start_deprovisioning(host, step, dataclasses.replace(ctx, slot_free=True), "image removed"), host)
+    if image.get("format") == LIVE_ISO:
+        return _provision_live_iso(host, image, observed, ctx, step)
+    return _provision_disk(host, image, observed, ctx, step)
+
+
+def _boot_mode(host: dict) -> str:
+    return "Legacy" if (host.get("spec") or {}).get("bootMode") == "legacy" else "UEFI"
+
+
+def _media_holds(observed: dict, device: str, url: str) -> bool:
+    media = (observed.get(MEDIA) or {}).get(device) or {}
+    return bool(media.get("inserted")) and media.get("image") == url
+
+
+def _insert(observed: dict, device: str, url: str, step: Step) -> None:
+    if _media_holds(observed, device, url):
+        return
+    if ((observed.get(MEDIA) or {}).get(device) or {}).get("inserted"):
+        step.actions.append(("eject", device))
+    step.actions.append(("insert", device, url))
+
+
+def _boot_once_from_cd(host: dict, observed: dict, step: Step) -> None:
+    # The emulator reports "Once" back as "Continuous": the target is what matters.
+    if (observed.get(BOOT) or {}).get("target") != "Cd":
+        step.actions.append(("boot_once", "Cd", _boot_mode(host)))
+
+
+def _power_into_media(observed: dict, op: dict, step: Step) -> dict:
+    """Power on (or reset a running host) once per operation, so it boots the new media."""
+    if op.get("powered"):
+        return op
+    step.actions.append(("power", "ForceRestart" if observed.get(POWER) == "On" else "On"))
+    return {**op, "powered": True}
+
+
+def _provision_live_iso(host: dict, image: dict, observed: dict, ctx: Context, step: Step) -> Step:
+    op = operation(host)
+    if op.get("kind") != LIVE_ISO or op.get("url") != image["url"]:
+        op = {"kind": LIVE_ISO, "url": image["url"], "started": ctx.now}
+    ready = (
+        op.get("powered")
+        and _media_holds(observed, CD, image["url"])
+        and (observed.get(BOOT) or {}).get("target") == "Cd"
+        and observed.get(POWER) == "On"
+    )
+    if ready:
+        step.annotations[OPERATION_ANNOTATION] = None
+        return _ok(_provisioned_with(host, image, step, ctx), host)
+    _insert(observed, CD, image["url"], step)
+    return _boot_into_media(host, op, observed, step, requeue_after=2)
+
+
+def _provisioned_with(host: dict, image: dict, step: Step, ctx: Context) -> Step:
+    step.status["provisioning"] = {
+        **((host.get("status") or {}).get("provisioning") or {}),
+        "state": PROVISIONED,
+        "image": image,
+        "bootMode": "legacy" if _boot_mode(host) == "Legacy" else "UEFI",
+    }
+    step.status["operationHistory"] = _history(host, "provision", end=ctx.now)
+    return _transition(host, step, PROVISIONED, "Provisioned", f"provisioned {image['url']}")
+
+
+def _provision_disk(host: dict, image: dict, observed: dict, ctx: Context, step: Step) -> Step:
+    op = operation(host)
+    if op.get("kind") != "deploy" or op.get("url") != image["url"]:
+        if op.get("token"):
+            step.actions.append(("withdraw", op["token"]))
+        op = {"kind": "deploy", "url": image["url"], "token": ctx.new_token, "started": ctx.now}
+        step.actions.append(("publish", "deploy", op["token"]))
+        observed = {**observed, CALLBACK: None}
+    callback = observed.get(CALLBACK)
+    if callback is not None:
+        return _writer_finished(host, op, callback, observed, ctx, step, on_success=_deployed(image))
+    if seconds_between(op["started"], ctx.now) > ctx.settings.callback_timeout:
+        return _writer_failed(
+            host, op, f"no callback from the image writer within {ctx.settings.callback_timeout:g}s", ctx
+        )
+    return _boot_writer(host, op, observed, ctx, step)
+
+
+def _boot_writer(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> Step:
+    """Boot the image writer: deploy ISO as CD, the operation's config drive beside it, once, powered."""
+    _insert(observed, CD, ctx.settings.deploy_iso_url, step)
+    _insert(observed, CONFIG_DEVICE, config_drive_url(ctx.settings, op["token"]), step)
+    return _boot_into_media(host, op, observed, step, requeue_after=5)
+
+
+def _boot_into_media(host: dict, op: dict, observed: dict, step: Step, requeue_after: float) -> Step:
+    """With the media inserted: a one-time boot from CD, power on (or reset), the operation recorded."""
+    _boot_once_from_cd(host, observed, step)
+    op = _power_into_media(observed, op, step)
+    if op != operation(host):
+        step.annotations[OPERATION_ANNOTATION] = json.dumps(op, sort_keys=True)
+    step.requeue_after = requeue_after
+    return _ok(step, host)
+
+
+def _deployed(image: dict):
+    def finish(host: dict, step: Step, ctx: Context) -> Step:
+        return _provisioned_with(host, image, step, ctx)
+
+    return finish
+
+
+def _writer_finished(
+    host: dict, op: dict, callback: dict, observed: dict, ctx: Context, step: Step, on_success
+) -> Step:
+    """The image writer called back: tidy the media away, then move on or record its failure."""
+    if callback.get("status") != "success":
+        message = str(callback.get("message") or "no message")[:512]
+        return _writer_failed(host, op, f"the image writer failed: {message}", ctx)
+    _eject_all(observed, step)
+    step.actions.append(("withdraw", op["token"]))
+    step.annotations[OPERATION_ANNOTATION] = None
+    if op["kind"] == "deploy":
+        # Boot the written disk: reset into it when online, else leave it off.
+        step.actions.append(("power", "ForceRestart" if wants_power_on(host) else "ForceOff"))
+    return _ok(on_success(host, step, ctx), host)
+
+
+def _writer_failed(host: dict, op: dict, message: str, ctx: Context) -> Step:
+    """Give up this attempt: media away, power off; the next try (after backoff) starts afresh."""
+    step = failed(host, message, ctx, error_type=PROVISIONING_ERROR)
+    step.actions += [("eject", CD), ("eject", CONFIG_DEVICE), ("withdraw", op.get("token", "")), ("power", "ForceOff")]
+    step.annotations[OPERATION_ANNOTATION] = None
+    return step
+
+
+def boot_override_set(observed: dict) -> bool:
+    """Whether a boot override other than the disk is still in place (clearing may leave target Hdd)."""
+    boot = observed.get(BOOT) or {}
+    return boot.get("enabled") != "Disabled" and boot.get("target") not in (None, "None", "Hdd")
+
+
+def _eject_all(observed: dict, step: Step) -> None:
+    for device, media in (observed.get(MEDIA) or {}).items():
+        if (media or {}).get("inserted"):
+            step.actions.append(("eject", device))
+    if boot_override_set(observed):
+        step.actions.append(("clear_boot",))
+
+
+# deprovisioning ----------------------------------------------------------------------------
+
+
+def _deprovisioning(host: dict, observed: dict, ctx: Context) -> Step:
+    step = Step(DEPROVISIONING)
+    step.status["poweredOn"] = observed.get(POWER) == "On"
+    op = operation(host)
+    if op.get("kind") in ("deploy", LIVE_ISO):  # what provisioning left behind
+        if op.get("token"):
+            step.actions.append(("withdraw", op["token"]))
+        step.annotations[OPERATION_ANNOTATION] = None
+        op = {}
+    if cleaning_wanted(host) and ctx.settings.deploy_iso_url and not op.get("cleaned"):
+        return _clean(host, op, observed, ctx, step)
+    _eject_all(observed, step)
+    if observed.get(POWER) != "Off":
+        if observed.get(POWER) == "On":
+            step.actions.append(("power", "ForceOff"))
+        step.requeue_after = 2
+        return _ok(step, host)
+    if step.actions:  # media or boot override still to clear: confirm at the next step
+        step.requeue_after = 1
+        return _ok(step, host)
+    if OPERATION_ANNOTATION in annotations_of(host):
+        step.annotations[OPERATION_ANNOTATION] = None
+    step.status["provisioning"] = {"state": AVAILABLE}
+    step.status["operationHistory"] = _history(host, "deprovision", end=ctx.now)
+    step.status["conditions"] = _cleaned_condition(host, op, ctx)
+    message = step.status["conditions"][0]["message"]
+    return _ok(_transition(host, step, AVAILABLE, "Deprovisioned", f"deprovisioned; {message}"), host)
+
+
+def _cleaned_condition(host: dict, op: dict, ctx: Context) -> list:
+    if op.get("cleaned"):
+        status, reason, message = "True", "MetadataCleaned", "partition tables and signatures wiped"
+    elif not cleaning_wanted(host):
+        status, reason, message = "False", "CleaningDisabled", "automatedCleaningMode is disabled: disks not wiped"
+    else:
+        status, reason, message = (
+            "False",
+            "CleaningUnsupported",
+            "automated cleaning is not supported here (no deploy ISO configured): disks NOT wiped",
+        )
+    previous = next(
+        (c for c in (host.get("status") or {}).get("conditions") or [] if c.get("type") == CLEANED_CONDITION), {}
+    )
+    transition = previous.get("lastTransitionTime") if previous.get("status") == status else ctx.now
+    condition = {
+        "type": CLEANED_CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": transition or ctx.now,
+        "observedGeneration": (host.get("metadata") or {}).get("generation", 0),
+    }
+    others = [c for c in (host.get("status") or {}).get("conditions") or [] if c.get("type") != CLEANED_CONDITION]
+    return [condition, *others]
+
+
+def _clean(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> Step:
+    if op.get("kind") != "clean":
+        op = {"kind": "clean", "token": ctx.new_token, "started": ctx.now}
+        step.actions.append(("publish", "clean", op["token"]))
+        observed = {**observed, CALLBACK: None}
+    callback = observed.get(CALLBACK)
+    if callback is not None:
+
+        def cleaned(host_: dict, step_: Step, ctx_: Context) -> Step:
+            step_.annotations[OPERATION_ANNOTATION] = json.dumps({"kind": "clean", "cleaned": True}, sort_keys=True)
+            step_.requeue_after = 1
+            return step_
+
+        step = _writer_finished(host, op, callback, observed, ctx, step, on_success=cleaned)
+        step.actions.append(("power", "ForceOff"))
+        return step
+    if seconds_between(op["started"], ctx.now) > ctx.settings.callback_timeout:
+        return _writer_failed(
+            host, op, f"cleaning: no callback from the image writer within {ctx.settings.callback_timeout:g}s", ctx
+        )
+    return _boot_writer(host, op, observed, ctx, step)
+
+
+# deletion ----------------------------------------------------------------------------------
+
+
+def _deleting(host: dict, observed: dict, ctx: Context) -> Step:
+    state = state_of(host)
+    finalizers = (host.get("metadata") or {}).get("finalizers") or []
+    if FINALIZER not in finalizers:
+        return Step(state, skipped="being deleted; not ours to hold")
+    op = operation(host)
+    detached = DETACHED_ANNOTATION in annotations_of(host)
+    if state not in (POWERING_OFF_BEFORE_DELETE, DELETING):
+        step = Step(POWERING_OFF_BEFORE_DELETE if not detached and state not in (NONE, UNMANAGED) else DELETING)
+        return _transition(host, step, step.state, "Deleting", "host deleted: powering off before removing it")
+    has_bmc = bool(((host.get("spec") or {}).get("bmc") or {}).get("address"))
+    if state == POWERING_OFF_BEFORE_DELETE and has_bmc and not detached and not _registration_blocked(ctx):
+        power = observed.get(POWER)
+        if power != "Off":
+            step = Step(state, requeue_after=2)
+            if power == "On":
+                step.actions.append(("power", "ForceOff"))
+            return step
+    step = Step(DELETING, finalizer="remove")
+    if op.get("token"):
+        step.actions.append(("withdraw", op["token"]))
+    return step
+
+
+_HANDLERS = {
+    INSPECTING: _inspecting,
+    AVAILABLE: _available,
+    PROVISIONING: _provisioning,
+    PROVISIONED: _provisioned,
+    EXTERNALLY_PROVISIONED: _externally_provisioned,
+    DEPROVISIONING: _deprovisioning,
+}

@@ -1,0 +1,165 @@
+"""Which host a claim gets: authorization, selection, failure domains, the consumerRef truth."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import PAUSED_ANNOTATION
+
+
+def host(name, namespace="infrahost", labels=None, state="available", consumer=None, **meta) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "labels": labels or {}, **meta},
+        "spec": {"consumerRef": consumer} if consumer else {},
+        "status": {"provisioning": {"state": state}},
+    }
+
+
+def claim(name="c", namespace="cluster-ns", uid="claim-uid", status=None, **spec) -> dict:
+    spec.setdefault("hostSelector", {"matchLabels": {"infra-kind": "medium"}})
+    return {"metadata": {"name": name, "namespace": namespace, "uid": uid}, "spec": spec, "status": status or {}}
+
+
+MEDIUM = {"infra-kind": "medium"}
+
+
+def names(hosts):
+    return [h["metadata"]["name"] for h in hosts]
+
+
+def test_only_free_matching_hosts_in_authorized_namespaces_are_candidates():
+    hosts = [
+        host("ok", labels=MEDIUM),
+        host("large", labels={"infra-kind": "large"}),
+        host("elsewhere", namespace="rack-9", labels=MEDIUM),
+        host("taken", labels=MEDIUM, consumer={"kind": "HostClaim", "namespace": "x", "name": "y"}),
+        host("provisioning", labels=MEDIUM, state="provisioning"),
+        host("paused", labels=MEDIUM, annotations={PAUSED_ANNOTATION: ""}),
+        host("deleting", labels=MEDIUM, deletionTimestamp="2026-01-01T00:00:00Z"),
+        host("ready", labels=MEDIUM, state="ready"),
+    ]
+    hosts.append(host("broken", labels=MEDIUM))
+    hosts[-1]["status"]["errorType"] = "registration error"
+    result = binding.plan(claim(), hosts, ["infrahost"])
+    assert result.action == "bind"
+    assert sorted(names(result.candidates)) == ["ok", "ready"]
+
+
+def test_no_policy_refuses_with_the_policy_message():
+    result = binding.plan(claim(), [host("ok", labels=MEDIUM)], [])
+    assert (result.action, result.reason, result.message) == (
+        "refuse",
+        binding.NOT_AUTHORIZED,
+        "no HostDeployPolicy admits namespace 'cluster-ns'",
+    )
+
+
+def test_in_namespace_restricts_to_one_authorized_namespace():
+    hosts = [host("a", labels=MEDIUM), host("b", namespace="rack-2", labels=MEDIUM)]
+    selector = {"matchLabels": MEDIUM, "inNamespace": "rack-2"}
+    result = binding.plan(claim(hostSelector=selector), hosts, ["infrahost", "rack-2"])
+    assert names(result.candidates) == ["b"]
+    refused = binding.plan(claim(hostSelector=selector), hosts, ["infrahost"])
+    assert (refused.reason, refused.message) == (
+        binding.NOT_AUTHORIZED,
+        "no HostDeployPolicy in namespace 'rack-2' admits namespace 'cluster-ns'",
+    )
+
+
+def test_no_matching_host():
+    result = binding.plan(claim(), [host("large", labels={"infra-kind": "large"})], ["infrahost"])
+    assert (result.action, result.reason) == ("refuse", binding.NO_HOST)
+    # Tenants read this: never the names of infrastructure namespaces they cannot see.
+    assert result.message == "no free BareMetalHost matches spec.hostSelector among the hosts this namespace may use"
+    assert "infrahost" not in result.message
+
+
+@pytest.mark.parametrize("label", binding.FAILURE_DOMAIN_LABELS)
+def test_failure_domain_hosts_come_first(label):
+    hosts = [host(f"h{i}", labels={**MEDIUM, label: f"zone-{i % 2}"}) for i in range(10)]
+    result = binding.plan(claim(failureDomain="zone-1"), hosts, ["infrahost"])
+    assert [h["metadata"]["labels"][label] for h in result.candidates[:5]] == ["zone-1"] * 5
+
+
+def test_cluster_api_failure_domain_label_wins_over_the_zone_label():
+    capi, zone = binding.FAILURE_DOMAIN_LABELS
+    assert binding.FAILURE_DOMAIN_LABELS == (
+        "infrastructure.cluster.x-k8s.io/failure-domain",
+        "topology.kubernetes.io/zone",
+    )
+    both = host("both", labels={**MEDIUM, capi: "fd-1", zone: "zone-9"})
+    assert binding.failure_domain(both) == "fd-1"
+    assert binding.failure_domain(host("zone-only", labels={**MEDIUM, zone: "zone-9"})) == "zone-9"
+
+
+def test_invalid_selector_never_binds():
+    # DoesNotExist on an invalid key would match every host if evaluated.
+    bad = claim()
+    bad["spec"]["hostSelector"] = {"matchExpressions": [{"key": "bad key", "operator": "DoesNotExist"}]}
+    result = binding.plan(bad, [host("free", labels=MEDIUM)], ["infrahost"])
+    assert (result.action, result.reason) == ("refuse", binding.INVALID_SELECTOR)
+    assert result.message.startswith("spec.hostSelector.matchExpressions[0].key: name part 'bad key'")
+
+
+def test_existing_consumer_ref_wins_over_everything():
+    ref = {"kind": "HostClaim", "namespace": "cluster-ns", "name": "c", "uid": "claim-uid"}
+    # Even a host in a state no new binding would accept: it is already this claim's.
+    mine = host("mine", labels={"infra-kind": "large"}, state="provisioned", consumer=ref)
+    result = binding.plan(claim(), [host("free", labels=MEDIUM), mine], [])
+    assert (result.action, result.host["metadata"]["name"]) == ("keep", "mine")
+
+
+def test_consumer_ref_of_a_recreated_claim_is_not_mine():
+    ref = {"kind": "HostClaim", "namespace": "cluster-ns", "name": "c", "uid": "old-uid"}
+    result = binding.plan(claim(), [host("old", labels=MEDIUM, consumer=ref)], ["infrahost"])
+    assert result.action == "refuse"
+
+
+def test_forged_status_is_stale_and_the_claim_binds_elsewhere():
+    forged = {"hardwareData": {"name": "victim", "namespace": "infrahost"}}
+    someone = {"kind": "HostClaim", "namespace": "tenant-b", "name": "theirs"}
+    hosts = [host("victim", labels=MEDIUM, state="provisioned", consumer=someone), host("free", labels=MEDIUM)]
+    result = binding.plan(claim(status=forged), hosts, ["infrahost"])
+    assert result.stale_status is True
+    assert (result.action, names(result.candidates)) == ("bind", ["free"])
+    assert result.reason == ""  # the host exists: not MissingBareMetalHost
+
+
+def test_deleted_host_is_reported_missing_and_the_claim_binds_again():
+    recorded = {"hardwareData": {"name": "gone", "namespace": "infrahost"}}
+    result = binding.plan(claim(status=recorded), [host("free", labels=MEDIUM)], ["infrahost"])
+    assert (result.action, result.reason) == ("bind", binding.MISSING_HOST)
+    assert result.message == "BareMetalHost infrahost/gone no longer exists"
+    none_left = binding.plan(claim(status=recorded), [], ["infrahost"])
+    assert (none_left.action, none_left.reason) == ("refuse", binding.MISSING_HOST)
+
+
+def test_other_kinds_and_deleting_claims_are_skipped():
+    assert binding.plan(claim(kind="vm"), [host("h", labels=MEDIUM)], ["infrahost"]).action == "skip"
+    deleting = claim()
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert binding.plan(deleting, [host("h", labels=MEDIUM)], ["infrahost"]).action == "skip"
+
+
+def test_invalid_selector_is_refused_with_the_field():
+    bad = claim(hostSelector={"matchExpressions": [{"key": "k", "operator": "In"}]})
+    result = binding.plan(bad, [host("h", labels=MEDIUM)], ["infrahost"])
+    assert (result.action, result.reason) == ("refuse", binding.INVALID_SELECTOR)
+    assert "values: In needs at least one value" in result.message
+
+
+def test_concurrent_claims_spread_over_candidates():
+    hosts = [host(f"h{i:02d}", labels=MEDIUM) for i in range(50)]
+    firsts = {
+        names(binding.plan(claim(name=f"c{i}", uid=f"u{i}"), hosts, ["infrahost"]).candidates)[0] for i in range(50)
+    }
+    # 50 claims racing for 50 hosts: their first choices are spread, not all on one host.
+    assert len(firsts) > 25
+
+
+def test_two_hosts_naming_one_claim_keep_the_recorded_one_and_give_back_the_other():
+    ref = {"kind": "HostClaim", "namespace": "cluster-ns", "name": "c", "uid": "claim-uid"}
+    status = {"hardwareData": {"name": "b", "namespace": "infrahost"}}
+    hosts = [host("a", labels=MEDIUM, consumer=ref), host("b", labels=MEDIUM, consumer=ref)]
+    result = binding.plan(claim(status=status), hosts, ["infrahost"])
+    assert (result.action, result.host["metadata"]["name"], names(result.extra_hosts)) == ("keep", "b", ["a"])

@@ -1,0 +1,119 @@
+"""The media directory contract (_media) and the media server's own copy of it (metalclaim.mediaserver)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import media_protocol as protocol
+
+from metalclaim import mediaserver
+
+
+def test_server_and_collection_agree_on_the_layout():
+    assert mediaserver.MEDIA_SUBDIR == protocol.MEDIA_SUBDIR
+    assert mediaserver.CALLBACK_SUBDIR == protocol.CALLBACK_SUBDIR
+    assert mediaserver.CALLBACK_SUFFIX == protocol.CALLBACK_SUFFIX
+    assert protocol.TOKEN_RE.pattern == mediaserver.TOKEN_PATTERN
+    assert protocol.FILENAME_RE.pattern == mediaserver.FILENAME_PATTERN
+    assert mediaserver.CALLBACK_MAX_BYTES == protocol.CALLBACK_MAX_BYTES
+    assert mediaserver.CALLBACK_STATUSES == protocol.CALLBACK_STATUSES
+
+
+def test_server_routes_match_the_urls_the_collection_builds():
+    token = protocol.new_token()
+    media_path = protocol.media_url("http://127.0.0.1:1", token, "config-drive.iso").removeprefix("http://127.0.0.1:1")
+    route = mediaserver.MEDIA_ROUTE.fullmatch(media_path)
+    assert route and route["token"] == token and route["filename"] == "config-drive.iso"
+    callback_path = protocol.callback_url("http://127.0.0.1:1/", token).removeprefix("http://127.0.0.1:1")
+    assert mediaserver.CALLBACK_ROUTE.fullmatch(callback_path)["token"] == token
+
+
+def test_publish_is_private_and_unguessable(tmp_path):
+    token, path = media.publish(str(tmp_path), "config-drive.iso", b"iso")
+    assert protocol.TOKEN_RE.fullmatch(token)
+    assert path == str(tmp_path / "media" / token / "config-drive.iso")
+    with open(path, "rb") as handle:
+        assert handle.read() == b"iso"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    for directory in (tmp_path / "media", tmp_path / "media" / token, tmp_path / "callbacks"):
+        assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    assert media.publish(str(tmp_path), "config-drive.iso", b"iso")[0] != token
+    assert os.listdir(tmp_path / "media" / token) == ["config-drive.iso"]  # no temporary file left
+
+
+def test_publish_under_a_given_token(tmp_path):
+    token = protocol.new_token()
+    assert media.publish(str(tmp_path), "a.iso", b"1", token=token)[0] == token
+    with pytest.raises(ValueError, match="token"):
+        media.publish(str(tmp_path), "a.iso", b"1", token="../../etc")
+
+
+@pytest.mark.parametrize("filename", ["../x", ".hidden", "a/b", "", "x" * 200, "a b"])
+def test_unsafe_file_names_are_refused(tmp_path, filename):
+    with pytest.raises(ValueError, match="file name"):
+        media.publish(str(tmp_path), filename, b"")
+
+
+def test_callback_result_and_withdraw(tmp_path):
+    token, path = media.publish(str(tmp_path), "config-drive.iso", b"iso")
+    assert media.callback_result(str(tmp_path), token) is None
+    store = mediaserver.MediaStore(str(tmp_path))
+    assert store.record_callback(token, {"status": "success", "message": "written"})
+    assert not store.record_callback(token, {"status": "failure", "message": "again"})
+    result = media.callback_result(str(tmp_path), token)
+    assert result["status"] == "success" and result["message"] == "written" and result["received_at"] > 0
+    media.withdraw(str(tmp_path), token)
+    assert not os.path.exists(path)
+    assert media.callback_result(str(tmp_path), token) is None
+    assert not store.token_exists(token)
+    media.withdraw(str(tmp_path), token)  # idempotent
+
+
+@pytest.mark.parametrize(
+    ("body", "complaint"),
+    [
+        (b"\xff", "UTF-8 JSON"),
+        (b"[]", "JSON object"),
+        (b'{"status": "done"}', "status"),
+        (b'{"status": "success", "message": 1}', "message"),
+        (b'{"status": "success", "extra": 1}', "unknown fields"),
+    ],
+)
+def test_invalid_callbacks_are_refused(body, complaint):
+    with pytest.raises(ValueError, match=complaint):
+        mediaserver.validate_callback(body)
+
+
+def test_valid_callback():
+    body = json.dumps({"status": "failure", "message": "sha256 checksum mismatch"}).encode()
+    assert mediaserver.validate_callback(body) == {"status": "failure", "message": "sha256 checksum mismatch"}
+    assert mediaserver.validate_callback(b'{"status": "success"}') == {"status": "success", "message": ""}
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        (None, None),
+        ("bytes=0-9", (0, 9)),
+        ("bytes=90-", (90, 99)),
+        ("bytes=-10", (90, 99)),
+        ("bytes=50-500", (50, 99)),
+        ("bytes=100-", "unsatisfiable"),
+        ("bytes=-0", "unsatisfiable"),
+        ("bytes=0-1,5-6", None),
+        ("items=0-1", None),
+    ],
+)
+def test_ranges(header, expected):
+    assert mediaserver.parse_range(header, 100) == expected
+
+
+def test_tokens_are_redacted_in_log_text():
+    token = protocol.new_token()
+    line = mediaserver.redact(f"GET /media/{token}/config-drive.iso HTTP/1.1")
+    assert token not in line and f"/media/{token[:6]}.../config-drive.iso" in line
+    assert protocol.redact(token) == token[:6] + "..."

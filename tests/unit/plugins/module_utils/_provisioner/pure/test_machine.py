@@ -1,0 +1,357 @@
+"""The Redfish provisioner's BareMetalHost state machine: pure, step by step."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import machine as m
+
+T0 = "2026-11-23T10:00:00Z"
+T1 = "2026-11-23T10:00:30Z"
+T2 = "2026-11-23T10:02:00Z"
+TOKEN = "A" * 43
+SETTINGS = m.Settings(
+    deploy_iso_url="http://127.0.0.1:1/writer.iso", media_url="http://127.0.0.1:2", power_off_timeout=60
+)
+
+
+def host(state="", online=False, image=None, annotations=None, status=None, **spec):
+    body = {
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "BareMetalHost",
+        "metadata": {"name": "bm-01", "namespace": "infrahost", "annotations": annotations or {}, "generation": 1},
+        "spec": {
+            "online": online,
+            "bmc": {"address": "redfish+http://127.0.0.1:8000/redfish/v1/Systems/1", "credentialsName": "bm-01-bmc"},
+            **spec,
+        },
+        "status": {"provisioning": {"state": state}, "operationalStatus": "OK", **(status or {})},
+    }
+    if image:
+        body["spec"]["image"] = image
+    return body
+
+
+def ctx(now=T0, settings=SETTINGS, **kwargs):
+    kwargs.setdefault("credentials_version", "7")
+    return m.Context(now=now, settings=settings, new_token=TOKEN, **kwargs)
+
+
+LIVE = {"url": "http://127.0.0.1:3/live.iso", "format": "live-iso"}
+DISK = {"url": "http://127.0.0.1:3/img.qcow2", "format": "qcow2", "checksum": "http://127.0.0.1:3/img.md5"}
+GOOD = {"goodCredentials": {"credentialsVersion": "7"}}
+
+
+def test_a_new_host_starts_registering_and_gets_the_finalizer():
+    step = m.decide(host(), {}, ctx())
+    assert step.state == m.REGISTERING
+    assert step.finalizer == "add"
+    assert step.status["operationHistory"]["register"] == {"start": T0}
+
+
+def test_registering_probes_then_inspects_and_records_the_secret_version_not_its_content():
+    h = host(m.REGISTERING)
+    assert m.observations(h, ctx()) == (m.PROBE,)
+    step = m.decide(h, {m.PROBE: True}, ctx())
+    assert step.state == m.INSPECTING
+    assert step.status["goodCredentials"]["credentialsVersion"] == "7"
+    assert step.status["goodCredentials"]["credentials"] == {"name": "bm-01-bmc", "namespace": "infrahost"}
+
+
+def test_a_missing_secret_is_a_registration_error_that_backs_off_exponentially():
+    h = host(m.REGISTERING)
+    c = ctx(credentials_problem="BMC Secret bm-01-bmc not found in namespace infrahost", credentials_version=None)
+    assert m.observations(h, c) == ()
+    step = m.decide(h, {}, c)
+    assert step.status["errorType"] == m.REGISTRATION_ERROR
+    assert step.status["errorCount"] == 1
+    assert step.status["operationalStatus"] == "error"
+    assert step.requeue_after == 10
+    assert step.event[0] == "Warning"
+    errored = host(m.REGISTERING, status={**step.status, "lastUpdated": T0})
+    assert m.waiting_for_backoff(errored, ctx(now=T0)) == 10
+    assert m.waiting_for_backoff(errored, ctx(now=T1)) == 0
+    again = m.decide(errored, {}, c)
+    assert again.status["errorCount"] == 2 and again.requeue_after == 20
+    assert again.event is None  # the same error again: no new Event
+
+
+def test_backoff_doubles_up_to_the_cap():
+    settings = m.Settings(backoff_base=5, backoff_cap=60)
+    assert [m.backoff(n, settings) for n in range(6)] == [0, 5, 10, 20, 40, 60]
+
+
+def test_a_successful_probe_clears_the_error():
+    h = host(m.REGISTERING, status={"operationalStatus": "error", "errorType": "registration error", "errorCount": 3})
+    step = m.decide(h, {m.PROBE: True}, ctx())
+    assert step.status["operationalStatus"] == "OK"
+    assert (step.status["errorType"], step.status["errorCount"]) == ("", 0)
+
+
+def test_externally_provisioned_and_inspection_disabled_skip_inspection():
+    assert m.decide(host(m.REGISTERING, externallyProvisioned=True), {m.PROBE: True}, ctx()).state == (
+        m.EXTERNALLY_PROVISIONED
+    )
+    disabled = host(m.REGISTERING, annotations={m.INSPECT_ANNOTATION: "disabled"})
+    assert m.decide(disabled, {m.PROBE: True}, ctx()).state == m.AVAILABLE
+
+
+def test_inspection_writes_hardware_and_checks_the_boot_mac():
+    hardware = {"nics": [{"name": "eth0", "mac": "52:54:00:00:00:01", "ip": "192.0.2.10"}]}
+    h = host(m.INSPECTING, status=GOOD, bootMACAddress="52:54:00:00:00:01")
+    assert m.observations(h, ctx()) == (m.INVENTORY,)
+    step = m.decide(h, {m.INVENTORY: hardware}, ctx())
+    assert step.state == m.AVAILABLE and step.hardware == hardware and step.status["hardware"] == hardware
+    wrong = m.decide(host(m.INSPECTING, bootMACAddress="52:54:00:ff:ff:ff"), {m.INVENTORY: hardware}, ctx())
+    assert wrong.status["errorType"] == m.INSPECTION_ERROR
+    assert "52:54:00:ff:ff:ff" in wrong.status["errorMessage"]
+
+
+def test_rotated_credentials_are_probed_again_in_any_state():
+    h = host(m.PROVISIONED, online=True, image=LIVE, status={"goodCredentials": {"credentialsVersion": "6"}})
+    assert m.PROBE in m.observations(h, ctx())
+    step = m.decide(h, {m.PROBE: True, m.POWER: "On"}, ctx())
+    assert step.status["goodCredentials"]["credentialsVersion"] == "7"
+
+
+@pytest.mark.parametrize(
+    ("online", "power", "action"),
+    [(True, "Off", ("power", "On")), (False, "On", ("power", "GracefulShutdown")), (True, "On", None)],
+)
+def test_power_follows_online(online, power, action):
+    step = m.decide(host(m.AVAILABLE, online=online, status=GOOD), {m.POWER: power}, ctx())
+    assert step.actions == ([action] if action else [])
+    assert step.status["poweredOn"] is (power == "On")
+
+
+def test_a_soft_power_off_turns_hard_after_the_timeout():
+    first = m.decide(host(m.PROVISIONED, image=LIVE, status=GOOD), {m.POWER: "On"}, ctx(now=T0))
+    pending = first.annotations[m.POWER_OFF_ANNOTATION]
+    h = host(m.PROVISIONED, image=LIVE, status=GOOD, annotations={m.POWER_OFF_ANNOTATION: pending})
+    assert m.decide(h, {m.POWER: "On"}, ctx(now=T1)).actions == []  # still waiting for the soft one
+    hard = m.decide(h, {m.POWER: "On"}, ctx(now=T2))
+    assert hard.actions == [("power", "ForceOff")]
+    off = m.decide(h, {m.POWER: "Off"}, ctx(now=T2))
+    assert off.annotations == {m.POWER_OFF_ANNOTATION: None}
+
+
+def test_a_reboot_powers_off_then_drops_the_annotation_so_online_powers_it_on():
+    annotations = {m.REBOOT_ANNOTATION: ""}
+    h = host(m.PROVISIONED, online=True, image=LIVE, status=GOOD, annotations=annotations)
+    assert m.decide(h, {m.POWER: "On"}, ctx()).actions == [("power", "GracefulShutdown")]
+    off = m.decide(h, {m.POWER: "Off"}, ctx())
+    assert off.annotations[m.REBOOT_ANNOTATION] is None and off.actions == []
+    back = m.decide(host(m.PROVISIONED, online=True, image=LIVE, status=GOOD), {m.POWER: "Off"}, ctx())
+    assert back.actions == [("power", "On")]
+
+
+def test_a_hard_reboot_and_a_keyed_reboot_that_holds_the_host_off():
+    hard = host(
+        m.PROVISIONED, online=True, image=LIVE, status=GOOD, annotations={m.REBOOT_ANNOTATION: '{"mode":"hard"}'}
+    )
+    assert m.decide(hard, {m.POWER: "On"}, ctx()).actions == [("power", "ForceOff")]
+    held = host(m.PROVISIONED, online=True, image=LIVE, status=GOOD, annotations={m.REBOOT_ANNOTATION + "/fw": ""})
+    step = m.decide(held, {m.POWER: "Off"}, ctx())
+    assert step.actions == [] and m.REBOOT_ANNOTATION + "/fw" not in step.annotations  # held off until removed
+
+
+def test_provisioning_starts_with_an_image_and_online_and_waits_for_a_slot():
+    assert m.decide(host(m.AVAILABLE, image=LIVE, status=GOOD), {m.POWER: "Off"}, ctx()).state == m.AVAILABLE
+    step = m.decide(host(m.AVAILABLE, online=True, image=LIVE, status=GOOD), {m.POWER: "Off"}, ctx())
+    assert step.state == m.PROVISIONING and step.status["lastAttemptedImage"] == LIVE
+    delayed = m.decide(host(m.AVAILABLE, online=True, image=LIVE, status=GOOD), {m.POWER: "Off"}, ctx(slot_free=False))
+    assert delayed.state == m.AVAILABLE and delayed.status["operationalStatus"] == "delayed"
+
+
+def test_a_live_iso_is_inserted_booted_once_and_powered_then_confirmed():
+    h = host(m.PROVISIONING, online=True, image=LIVE, status=GOOD)
+    assert set(m.observations(h, ctx())) == {m.POWER, m.BOOT, m.MEDIA}
+    observed = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {"inserted": False}}}
+    step = m.decide(h, observed, ctx())
+    assert step.actions == [("insert", m.CD, LIVE["url"]), ("boot_once", "Cd", "UEFI"), ("power", "On")]
+    assert step.state == m.PROVISIONING
+    in_flight = host(
+        m.PROVISIONING,
+        online=True,
+        image=LIVE,
+        status=GOOD,
+        annotations={m.OPERATION_ANNOTATION: step.annotations[m.OPERATION_ANNOTATION]},
+    )
+    # The emulator reports a "Once" override as "Continuous": only the target counts.
+    seen = {
+        m.POWER: "On",
+        m.BOOT: {"target": "Cd", "enabled": "Continuous"},
+        m.MEDIA: {m.CD: {"inserted": True, "image": LIVE["url"]}},
+    }
+    done = m.decide(in_flight, seen, ctx(now=T1))
+    assert done.state == m.PROVISIONED and done.actions == []
+    assert done.status["provisioning"]["image"] == LIVE
+    assert done.annotations == {m.OPERATION_ANNOTATION: None}
+    # Powered but the media is not confirmed yet: no second power action, no transition.
+    half = m.decide(in_flight, {**seen, m.MEDIA: {m.CD: {"inserted": False}}}, ctx(now=T1))
+    assert half.state == m.PROVISIONING and half.actions == [("insert", m.CD, LIVE["url"])]
+
+
+def test_a_running_host_is_reset_into_the_new_media():
+    h = host(m.PROVISIONING, online=True, image=LIVE, status=GOOD)
+    observed = {m.POWER: "On", m.BOOT: {"target": "Cd"}, m.MEDIA: {m.CD: {"inserted": True, "image": LIVE["url"]}}}
+    assert m.decide(h, observed, ctx()).actions == [("power", "ForceRestart")]
+
+
+def test_disk_images_need_a_deploy_iso_and_a_checksum():
+    no_writer = ctx(settings=m.Settings())
+    step = m.decide(host(m.AVAILABLE, online=True, image=DISK, status=GOOD), {m.POWER: "Off"}, no_writer)
+    assert step.status["errorType"] == m.PROVISIONING_ERROR and "deploy ISO" in step.status["errorMessage"]
+    no_sum = {k: v for k, v in DISK.items() if k != "checksum"}
+    step = m.decide(host(m.AVAILABLE, online=True, image=no_sum, status=GOOD), {m.POWER: "Off"}, ctx())
+    assert "checksum" in step.status["errorMessage"]
+
+
+def test_a_disk_image_publishes_a_config_drive_boots_the_writer_and_waits_for_its_callback():
+    h = host(m.PROVISIONING, online=True, image=DISK, status=GOOD)
+    observed = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {}, m.CONFIG_DEVICE: {}}}
+    step = m.decide(h, observed, ctx())
+    config_url = m.config_drive_url(SETTINGS, TOKEN)
+    assert step.actions == [
+        ("publish", "deploy", TOKEN),
+        ("insert", m.CD, SETTINGS.deploy_iso_url),
+        ("insert", m.CONFIG_DEVICE, config_url),
+        ("boot_once", "Cd", "UEFI"),
+        ("power", "On"),
+    ]
+    op = json.loads(step.annotations[m.OPERATION_ANNOTATION])
+    assert op["token"] == TOKEN and op["kind"] == "deploy" and op["powered"] is True
+    waiting = host(
+        m.PROVISIONING, online=True, image=DISK, status=GOOD, annotations={m.OPERATION_ANNOTATION: json.dumps(op)}
+    )
+    assert m.CALLBACK in m.observations(waiting, ctx())
+    media = {
+        m.CD: {"inserted": True, "image": SETTINGS.deploy_iso_url},
+        m.CONFIG_DEVICE: {"inserted": True, "image": config_url},
+    }
+    booted = {m.POWER: "On", m.BOOT: {"target": "Cd"}, m.MEDIA: media}
+    assert m.decide(waiting, {**booted, m.CALLBACK: None}, ctx(now=T1)).actions == []
+    done = m.decide(waiting, {**booted, m.CALLBACK: {"status": "success"}}, ctx(now=T1))
+    assert done.state == m.PROVISIONED
+    assert done.actions == [
+        ("eject", m.CD),
+        ("eject", m.CONFIG_DEVICE),
+        ("clear_boot",),
+        ("withdraw", TOKEN),
+        ("power", "ForceRestart"),
+    ]
+    failed = m.decide(
+        waiting, {**booted, m.CALLBACK: {"status": "failure", "message": "checksum mismatch"}}, ctx(now=T1)
+    )
+    assert failed.state == m.PROVISIONING and failed.status["errorType"] == m.PROVISIONING_ERROR
+    assert "checksum mismatch" in failed.status["errorMessage"]
+    assert ("withdraw", TOKEN) in failed.actions and failed.annotations[m.OPERATION_ANNOTATION] is None
+    late = m.decide(waiting, {**booted, m.CALLBACK: None}, ctx(now="2026-11-23T11:00:00Z"))
+    assert "no callback" in late.status["errorMessage"]
+
+
+def test_removing_the_image_deprovisions_and_without_a_writer_says_disks_were_not_wiped():
+    step = m.decide(host(m.PROVISIONED, online=True, status=GOOD), {m.POWER: "On"}, ctx())
+    assert step.state == m.DEPROVISIONING
+    h = host(m.DEPROVISIONING, status=GOOD)
+    busy = {m.POWER: "On", m.BOOT: {"target": "Cd"}, m.MEDIA: {m.CD: {"inserted": True, "image": LIVE["url"]}}}
+    no_writer = ctx(settings=m.Settings())
+    assert m.decide(h, busy, no_writer).actions == [("eject", m.CD), ("clear_boot",), ("power", "ForceOff")]
+    idle = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {"inserted": False}}}
+    done = m.decide(h, idle, no_writer)
+    assert done.state == m.AVAILABLE
+    cleaned = done.status["conditions"][0]
+    assert (cleaned["type"], cleaned["status"], cleaned["reason"]) == ("Cleaned", "False", "CleaningUnsupported")
+    assert "NOT wiped" in cleaned["message"]
+
+
+def test_deprovisioning_with_a_writer_cleans_metadata_first():
+    h = host(m.DEPROVISIONING, status=GOOD)
+    idle = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {}, m.CONFIG_DEVICE: {}}}
+    step = m.decide(h, idle, ctx())
+    assert step.actions[0] == ("publish", "clean", TOKEN)
+    op = json.loads(step.annotations[m.OPERATION_ANNOTATION])
+    assert op["kind"] == "clean"
+    cleaning = host(m.DEPROVISIONING, status=GOOD, annotations={m.OPERATION_ANNOTATION: json.dumps(op)})
+    finished = m.decide(cleaning, {**idle, m.POWER: "On", m.CALLBACK: {"status": "success"}}, ctx(now=T1))
+    assert json.loads(finished.annotations[m.OPERATION_ANNOTATION])["cleaned"] is True
+    cleaned = host(
+        m.DEPROVISIONING,
+        status=GOOD,
+        annotations={m.OPERATION_ANNOTATION: finished.annotations[m.OPERATION_ANNOTATION]},
+    )
+    done = m.decide(cleaned, idle, ctx(now=T1))
+    assert done.state == m.AVAILABLE
+    assert done.status["conditions"][0]["reason"] == "MetadataCleaned"
+    disabled = host(m.DEPROVISIONING, status=GOOD, automatedCleaningMode="disabled")
+    assert m.decide(disabled, idle, ctx()).status["conditions"][0]["reason"] == "CleaningDisabled"
+
+
+def test_deletion_powers_off_then_lets_go():
+    h = host(m.PROVISIONED, image=LIVE, status=GOOD)
+    h["metadata"].update(deletionTimestamp=T0, finalizers=[m.FINALIZER])
+    assert m.decide(h, {}, ctx()).state == m.POWERING_OFF_BEFORE_DELETE
+    h["status"]["provisioning"]["state"] = m.POWERING_OFF_BEFORE_DELETE
+    assert m.observations(h, ctx()) == (m.POWER,)
+    assert m.decide(h, {m.POWER: "On"}, ctx()).actions == [("power", "ForceOff")]
+    gone = m.decide(h, {m.POWER: "Off"}, ctx())
+    assert (gone.state, gone.finalizer) == (m.DELETING, "remove")
+
+
+def test_paused_detached_and_other_provisioners_hosts_are_left_alone():
+    paused = host(m.PROVISIONED, online=True, annotations={m.PAUSED_ANNOTATION: ""}, status=GOOD)
+    assert m.observations(paused, ctx()) == ()
+    assert m.decide(paused, {}, ctx()).skipped == "paused"
+    detached = host(m.PROVISIONED, annotations={m.DETACHED_ANNOTATION: ""}, status=GOOD)
+    assert m.decide(detached, {}, ctx()).status == {"operationalStatus": "detached"}
+    assert not m.is_ours(host(annotations={m.PROVISIONER_ANNOTATION: "metal3"}), {})
+    assert not m.is_ours(host(), {m.PROVISIONER_ANNOTATION: "metal3"})
+    assert m.is_ours(host(annotations={m.PROVISIONER_ANNOTATION: "metalclaim"}), {m.PROVISIONER_ANNOTATION: "metal3"})
+    assert m.is_ours(host(), {})
+
+
+def _variants():
+    """Hosts in every state, paused/detached/plain, deleted or not, with and without a BMC address."""
+    states = [m.NONE, m.UNMANAGED, m.REGISTERING, m.INSPECTING, m.AVAILABLE, m.PROVISIONING, m.PROVISIONED]
+    states += [m.DEPROVISIONING, m.EXTERNALLY_PROVISIONED, m.POWERING_OFF_BEFORE_DELETE, m.DELETING]
+    for state in states:
+        for marks in ({}, {m.PAUSED_ANNOTATION: ""}, {m.DETACHED_ANNOTATION: ""}):
+            for deleted in (False, True):
+                for address in (True, False):
+                    h = host(state, online=True, image=LIVE, annotations=dict(marks), status=GOOD)
+                    if deleted:
+                        h["metadata"].update(deletionTimestamp=T0, finalizers=[m.FINALIZER])
+                    if not address:
+                        del h["spec"]["bmc"]["address"]
+                    yield h
+
+
+def test_the_bmc_secret_is_needed_exactly_when_the_step_may_use_it():
+    unread = ctx(credentials_version=None)  # what the edge passes when it did not read the Secret
+    needed = 0
+    for h in _variants():
+        if m.needs_credentials(h):
+            needed += 1
+            continue
+        # Without the Secret the step reads nothing from the BMC and decides as if it had it.
+        assert m.observations(h, unread) == (), h
+        for observed in ({}, {m.POWER: "Off"}):
+            with_secret, without = m.decide(h, observed, ctx()), m.decide(h, observed, unread)
+            assert with_secret == without, h
+            assert not any(a[0] in ("power", "insert", "eject", "boot_once", "clear_boot") for a in without.actions)
+    assert needed  # registered, attached hosts do need it
+    plain = host(m.AVAILABLE, status=GOOD)
+    assert m.needs_credentials(plain)
+    assert not m.needs_credentials(host(m.AVAILABLE, annotations={m.PAUSED_ANNOTATION: ""}, status=GOOD))
+    assert not m.needs_credentials(host(m.AVAILABLE, annotations={m.DETACHED_ANNOTATION: ""}, status=GOOD))
+    assert not m.needs_credentials(host())  # not registering yet
+
+
+def test_a_host_whose_bmc_address_was_removed_is_deleted_without_a_power_off():
+    h = host(m.POWERING_OFF_BEFORE_DELETE, status=GOOD)
+    h["metadata"].update(deletionTimestamp=T0, finalizers=[m.FINALIZER])
+    del h["spec"]["bmc"]["address"]
+    assert m.observations(h, ctx()) == ()
+    step = m.decide(h, {}, ctx())
+    assert (step.state, step.finalizer, step.actions) == (m.DELETING, "remove", [])
