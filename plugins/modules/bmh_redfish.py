@@ -229,9 +229,12 @@ steps:
   type: int
 """
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import AUTH_ARG_SPEC
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.provisioner import run_module
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import run_module
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.provisioner import (
+    libraries,
+    provision,
+    validate,
+)
 
 ARGUMENT_SPEC = dict(
     hosts=dict(
@@ -252,12 +255,11 @@ ARGUMENT_SPEC = dict(
     redfish_retries=dict(type="int", default=1),
     wait=dict(type="float", default=0),
     workers=dict(type="int", default=8),
-    **AUTH_ARG_SPEC,
 )
 
 
 def main():
-    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
+    run_module(ARGUMENT_SPEC, provision, libraries=libraries, validate=validate)
 
 
 if __name__ == "__main__":

@@ -113,33 +113,28 @@ message:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.policy_check import check_namespace
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
-    AUTH_ARG_SPEC,
-    KUBERNETES_IMPORT_ERROR,
-    Kube,
-    KubeError,
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import StepFailure, run_module
+
+ARGUMENT_SPEC = dict(
+    namespace=dict(type="str", required=True),
+    claim=dict(type="str"),
+    infra_namespaces=dict(type="list", elements="str"),
 )
 
 
-def main():
-    argument_spec = dict(
-        namespace=dict(type="str", required=True),
-        claim=dict(type="str"),
-        infra_namespaces=dict(type="list", elements="str"),
-        **AUTH_ARG_SPEC,
-    )
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    if KUBERNETES_IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
+def check(module, kube) -> dict:
+    params = module.params
     try:
-        result = check_namespace(
-            Kube(module.params), module.params["namespace"], module.params["claim"], module.params["infra_namespaces"]
+        return dict(
+            changed=False, **check_namespace(kube, params["namespace"], params["claim"], params["infra_namespaces"])
         )
-    except (KubeError, LookupError) as error:
-        module.fail_json(msg=str(error))
-    module.exit_json(changed=False, **result)
+    except LookupError as error:
+        raise StepFailure(str(error)) from None
+
+
+def main():
+    run_module(ARGUMENT_SPEC, check)
 
 
 if __name__ == "__main__":

@@ -25,16 +25,14 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.events import record as record_event
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
-    KUBERNETES_IMPORT_ERROR,
     METAL3,
     AlreadyExistsError,
     ConflictError,
-    Kube,
     KubeError,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import StepFailure
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.configdrive import (
@@ -699,23 +697,26 @@ def options_from(params: dict) -> Options:
     )
 
 
-def run_module(module) -> None:
+def libraries(params: dict) -> dict:
+    """The Python packages a bmh_redfish run needs besides kubernetes."""
+    # Disk images and cleaning build config drives: pycdlib only when a deploy ISO is configured.
+    return {"sushy": SUSHY_IMPORT_ERROR, "pycdlib": PYCDLIB_IMPORT_ERROR if params.get("deploy_iso_url") else None}
+
+
+def validate(params: dict) -> str | None:
+    for name in ("max_concurrent", "workers"):
+        if params[name] < 1:
+            return f"{name} must be at least 1"
+    return None
+
+
+def provision(module, kube) -> dict:
     """The bmh_redfish module: one step per host, or, with `wait`, steps until the hosts settle.
 
     While waiting, a host is stepped again only when its own requeue_after has passed, and
     only the hosts stepped are read again (Fleet): a settled host costs nothing more.
     """
-    if KUBERNETES_IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=KUBERNETES_IMPORT_ERROR)
-    if SUSHY_IMPORT_ERROR:
-        module.fail_json(msg=missing_required_lib("sushy"), exception=SUSHY_IMPORT_ERROR)
     params = module.params
-    if params.get("deploy_iso_url") and PYCDLIB_IMPORT_ERROR:
-        # Disk images and cleaning build config drives; without pycdlib they could not.
-        module.fail_json(msg=missing_required_lib("pycdlib"), exception=PYCDLIB_IMPORT_ERROR)
-    for name in ("max_concurrent", "workers"):
-        if params[name] < 1:
-            module.fail_json(msg=f"{name} must be at least 1")
     options = options_from(params)
     deadline = time.monotonic() + max(0.0, params["wait"])
     settling = Settling()
@@ -724,9 +725,7 @@ def run_module(module) -> None:
     steps = requests = 0
     pending = params["hosts"]
     connections = Connections(options)
-    kube = None
     try:
-        kube = Kube(params)
         while True:
             result = provision_hosts(
                 kube, pending, params["namespaces"], options, now(), module.check_mode, connections, fleet
@@ -741,11 +740,11 @@ def run_module(module) -> None:
             time.sleep(max(0.0, next_at - time.monotonic()))
             pending = settling.due_now(max(next_at, time.monotonic()))
     except KubeError as error:
-        module.fail_json(msg=str(error), api_calls=api_calls(kube))
+        raise StepFailure(str(error), api_calls=api_calls(kube)) from None
     finally:
         connections.close()
     hosts = settling.hosts()
-    module.exit_json(
+    return dict(
         changed=changed,
         hosts=hosts,
         states=_count_states(hosts),

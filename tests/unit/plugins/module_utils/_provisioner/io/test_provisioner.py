@@ -503,44 +503,18 @@ def test_host_kube_counts_by_verb_and_kind():
 # -- the module's edges -------------------------------------------------------------------
 
 
-class _Failed(Exception):
-    pass
-
-
-class _Module:
-    check_mode = False
-
-    def __init__(self, **params):
-        self.params = {
-            "hosts": None,
-            "namespaces": None,
-            "deploy_iso_url": None,
-            "media_dir": None,
-            "media_url": None,
-            "max_concurrent": 20,
-            "power_off_timeout": 60,
-            "callback_timeout": 1800,
-            "backoff_base": 10,
-            "backoff_cap": 600,
-            "redfish_timeout": 10,
-            "redfish_retries": 1,
-            "wait": 0,
-            "workers": 8,
-            **params,
-        }
-
-    def fail_json(self, **result):
-        raise _Failed(result)
-
-
-def test_a_deploy_iso_without_pycdlib_is_a_missing_library_failure(monkeypatch):
-    monkeypatch.setattr(provisioner, "KUBERNETES_IMPORT_ERROR", None)
+def test_pycdlib_is_needed_only_with_a_deploy_iso(monkeypatch):
     monkeypatch.setattr(provisioner, "SUSHY_IMPORT_ERROR", None)
     monkeypatch.setattr(provisioner, "PYCDLIB_IMPORT_ERROR", "Traceback: No module named 'pycdlib'")
-    with pytest.raises(_Failed) as failed:
-        provisioner.run_module(_Module(deploy_iso_url="http://127.0.0.1:1/writer.iso"))
-    assert "pycdlib" in failed.value.args[0]["msg"]
-    assert failed.value.args[0]["exception"].startswith("Traceback")
+    assert provisioner.libraries({"deploy_iso_url": None}) == {"sushy": None, "pycdlib": None}
+    needed = provisioner.libraries({"deploy_iso_url": "http://127.0.0.1:1/writer.iso"})
+    assert needed["pycdlib"].startswith("Traceback")
+
+
+def test_slot_and_worker_counts_below_one_are_refused():
+    assert provisioner.validate({"max_concurrent": 1, "workers": 1}) is None
+    assert provisioner.validate({"max_concurrent": 0, "workers": 1}) == "max_concurrent must be at least 1"
+    assert provisioner.validate({"max_concurrent": 2, "workers": 0}) == "workers must be at least 1"
 
 
 def test_api_calls_name_every_verb():

@@ -1,0 +1,47 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one way every module in this collection runs: its argument spec plus kubernetes.core's
+connection options, missing libraries named, a Kubernetes client, check and diff mode passed on,
+and failures turned into fail_json with a message that names the action and the object."""
+
+from __future__ import annotations
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
+    AUTH_ARG_SPEC,
+    KUBERNETES_IMPORT_ERROR,
+    Kube,
+    KubeError,
+)
+
+
+class StepFailure(Exception):
+    """A module failure its step saw coming: `message` for the user, `result` returned beside it."""
+
+    def __init__(self, message: str, **result):
+        super().__init__(message)
+        self.result = result
+
+
+def run_module(argument_spec: dict, step, libraries=None, validate=None) -> None:
+    """Run step(module, kube) -> result dict as an Ansible module, and exit.
+
+    libraries(params) -> {name: import traceback or None}: the Python packages this run needs
+    besides kubernetes (some only for some options, e.g. pycdlib for a deploy ISO).
+    validate(params) -> message or None: what the argument spec cannot say, checked before connecting.
+    """
+    module = AnsibleModule(argument_spec={**argument_spec, **AUTH_ARG_SPEC}, supports_check_mode=True)
+    needed = {"kubernetes": KUBERNETES_IMPORT_ERROR, **(libraries(module.params) if libraries else {})}
+    for name, import_error in needed.items():
+        if import_error:
+            module.fail_json(msg=missing_required_lib(name), exception=import_error)
+    problem = validate(module.params) if validate else None
+    if problem:
+        module.fail_json(msg=problem)
+    try:
+        result = step(module, Kube(module.params))
+    except StepFailure as failure:
+        module.fail_json(msg=str(failure), **failure.result)
+    except KubeError as error:
+        module.fail_json(msg=str(error))
+    module.exit_json(**result)
