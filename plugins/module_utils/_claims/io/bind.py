@@ -23,8 +23,9 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import locked_by_another
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import METAL3, ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 
 
 def bind_claims(run) -> dict:
@@ -32,8 +33,8 @@ def bind_claims(run) -> dict:
     kube = run.kube
     claims = run.claims()
     order = {binding.key(c): index for index, c in enumerate(claims)}
-    hosts = kube.list(METAL3, "BareMetalHost")
-    policies = kube.list(METAL3, "HostDeployPolicy")
+    hosts = kube.list(API_VERSION, "BareMetalHost")
+    policies = kube.list(API_VERSION, "HostDeployPolicy")
     labels_of = namespace_labels(kube)
     hosts_by_key = {binding.key(h): h for h in hosts}
     results = []
@@ -71,8 +72,8 @@ def _next_after_conflict(kube, pending: list[dict]) -> tuple[list[dict], dict]:
     binders spread over the list and meet again only where their parts join.
     """
     relist = getattr(kube, "relist", kube.list)  # a caching client must go to the server here
-    fresh = {binding.key(c): c for c in relist(METAL3, "HostClaim")}
-    hosts_by_key = {binding.key(h): h for h in relist(METAL3, "BareMetalHost")}
+    fresh = {binding.key(c): c for c in relist(API_VERSION, "HostClaim")}
+    hosts_by_key = {binding.key(h): h for h in relist(API_VERSION, "BareMetalHost")}
     pending = [fresh[binding.key(c)] for c in pending if binding.key(c) in fresh]
     start = random.randrange(len(pending)) if pending else 0
     return pending[start:] + pending[:start], hosts_by_key
@@ -152,7 +153,7 @@ def _give_back(kube, host: dict, check_mode: bool) -> None:
         except ConflictError:
             # Changed since (its provisioner wrote its status, say): read it again. If it names
             # another consumer now, it is no longer ours to give back.
-            host = kube.get(METAL3, "BareMetalHost", binding.key(host)[1], binding.key(host)[0])
+            host = kube.get(API_VERSION, "BareMetalHost", binding.key(host)[1], binding.key(host)[0])
             if host is None or binding.consumer(host) != ref:
                 return
 

@@ -37,12 +37,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
     plan_sync,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
-    METAL3,
     AlreadyExistsError,
     ConflictError,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import DATA_ROLES
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
 
 SECRETS = "secrets"
 SYNC = "sync"
@@ -61,7 +60,7 @@ def sync_claims(run) -> dict:
 def sync_bound(run, parts: tuple[str, ...]) -> dict:
     pairs = bound_claims(run)
     kube = run.kube
-    policies = kube.list(METAL3, "HostDeployPolicy") if pairs else []
+    policies = kube.list(API_VERSION, "HostDeployPolicy") if pairs else []
     labels = namespace_labels(kube) if pairs else {}
     copies: dict = {}
     if SECRETS in parts:

@@ -8,7 +8,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
     evaluate_policies,
     refusal_message,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import METAL3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 
 
 def check_namespace(kube, namespace: str, claim_name: str | None, infra_namespaces: list[str] | None) -> dict:
@@ -18,16 +18,16 @@ def check_namespace(kube, namespace: str, claim_name: str | None, infra_namespac
     labels = (tenant.get("metadata") or {}).get("labels") or {}
     wanted = set(infra_namespaces) if infra_namespaces else None
     if claim_name:
-        claim = kube.get(METAL3, "HostClaim", claim_name, namespace)
+        claim = kube.get(API_VERSION, "HostClaim", claim_name, namespace)
         if claim is None:
             raise LookupError(f"HostClaim {namespace}/{claim_name} does not exist")
         in_namespace = ((claim.get("spec") or {}).get("hostSelector") or {}).get("inNamespace")
         if in_namespace:
             wanted = {in_namespace} if wanted is None else wanted & {in_namespace}
     if wanted is None:
-        policies = kube.list(METAL3, "HostDeployPolicy")
+        policies = kube.list(API_VERSION, "HostDeployPolicy")
     else:
-        policies = [p for ns in sorted(wanted) for p in kube.list(METAL3, "HostDeployPolicy", ns)]
+        policies = [p for ns in sorted(wanted) for p in kube.list(API_VERSION, "HostDeployPolicy", ns)]
     authorized, decisions = evaluate_policies(policies, namespace, labels)
     subject = f"HostClaim {namespace}/{claim_name}" if claim_name else f"namespace {namespace!r}"
     if authorized:

@@ -24,8 +24,9 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
     COPY_OF_LABEL,
     copied_secret_name,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import METAL3, ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
+    API_VERSION,
     DATA_ROLES,
     FREE_STATES,
     REBOOT_ANNOTATION,
@@ -57,13 +58,13 @@ def orphaned(host: dict, claims_by_key: dict) -> bool:
 
 def release_claims(run) -> dict:
     kube = run.kube
-    all_claims = kube.list(METAL3, "HostClaim")  # all of them: orphans are hosts whose claim is in none
+    all_claims = kube.list(API_VERSION, "HostClaim")  # all of them: orphans are hosts whose claim is in none
     deleting = [
         c
         for c in select_claims(all_claims, run.wanted)
         if c["metadata"].get("deletionTimestamp") and binding.FINALIZER in (c["metadata"].get("finalizers") or [])
     ]
-    hosts = kube.list(METAL3, "BareMetalHost")
+    hosts = kube.list(API_VERSION, "BareMetalHost")
     outcome = step_each(
         [(claim, hosts) for claim in deleting],
         lambda claim, all_hosts: _release(run, claim, [h for h in all_hosts if binding.consumed_by(h, claim)]),
@@ -82,7 +83,7 @@ def _release_orphans(run, hosts: list[dict], claims_by_key: dict) -> list[dict]:
         ref = binding.consumer(host)
         # The claim list may predate a claim created (and bound) since: only the claim itself,
         # read now, proves it gone. A uid never comes back, so a mismatch is final.
-        current = run.kube.get(METAL3, "HostClaim", ref.get("name", ""), ref.get("namespace", ""))
+        current = run.kube.get(API_VERSION, "HostClaim", ref.get("name", ""), ref.get("namespace", ""))
         if current is not None and binding.consumed_by(host, current):
             continue
         host_ns, host_name = binding.key(host)

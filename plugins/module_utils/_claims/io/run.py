@@ -15,7 +15,8 @@ import uuid
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import METAL3, ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 
 
 class Snapshot:
@@ -89,7 +90,7 @@ class ClaimRun:
         hostclaim_reconcile's client answers lists with what this run wrote, so a later step
         sees an earlier step's writes.
         """
-        claims = select_claims(self.kube.list(METAL3, "HostClaim"), self.wanted)
+        claims = select_claims(self.kube.list(API_VERSION, "HostClaim"), self.wanted)
         for claim in claims:
             self.first_seen.setdefault(binding.key(claim), claim)
         return claims
@@ -140,7 +141,7 @@ def bound_claims(run: ClaimRun) -> list[tuple[dict, dict]]:
         for c in run.claims()
         if not c["metadata"].get("deletionTimestamp") and binding.claim_kind(c) == binding.DEFAULT_CLAIM_KIND
     ]
-    hosts = run.kube.list(METAL3, "BareMetalHost") if claims else []
+    hosts = run.kube.list(API_VERSION, "BareMetalHost") if claims else []
     pairs = []
     for claim in claims:
         own = sorted((h for h in hosts if binding.consumed_by(h, claim)), key=binding.key)
@@ -187,8 +188,8 @@ def reread_bound(run: ClaimRun):
 
     def reread(claim: dict, host: dict):
         namespace, name = binding.key(claim)
-        fresh_claim = run.kube.get(METAL3, "HostClaim", name, namespace)
-        fresh_host = run.kube.get(METAL3, "BareMetalHost", binding.key(host)[1], binding.key(host)[0])
+        fresh_claim = run.kube.get(API_VERSION, "HostClaim", name, namespace)
+        fresh_host = run.kube.get(API_VERSION, "BareMetalHost", binding.key(host)[1], binding.key(host)[0])
         if fresh_claim is None or fresh_host is None or fresh_claim["metadata"].get("deletionTimestamp"):
             return None
         if not binding.consumed_by(fresh_host, fresh_claim):

@@ -20,7 +20,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
     desired_status,
     status_patch,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import METAL3, ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 
 
 @dataclass
@@ -120,7 +121,7 @@ class StatusBook:
         # over the newer version. Any other status is left to the run that wrote: its view of
         # the hosts is newer than ours (claims are always listed before hosts), and the write
         # it made is an event that brings the claim back to the next run.
-        fresh = self._kube.get(METAL3, "HostClaim", key[1], key[0]) if entry.give_back is not None else None
+        fresh = self._kube.get(API_VERSION, "HostClaim", key[1], key[0]) if entry.give_back is not None else None
         still_ours = (
             fresh is not None
             and fresh["metadata"].get("generation") == entry.claim["metadata"].get("generation")

@@ -25,7 +25,6 @@ except ImportError:  # reported by the module through missing_required_lib
     ApiException = Exception
     TRANSPORT_ERRORS = ()
 
-METAL3 = "metal3.io/v1alpha1"
 
 # The connection options of kubernetes.core (its module_utils/args_common.py AUTH_ARG_SPEC, 6.x),
 # with the same types, aliases and no_log, plus our request_timeout. Kept in step with

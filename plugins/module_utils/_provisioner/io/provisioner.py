@@ -27,13 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.events import record as record_event
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
-    METAL3,
     AlreadyExistsError,
     ConflictError,
     KubeError,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import StepFailure
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.configdrive import (
     PYCDLIB_IMPORT_ERROR,
@@ -211,13 +211,13 @@ class Fleet:
                 ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")
             }
         if self._hosts is None or due is None or len(due) > 1 + len(self._hosts) / LIST_HOSTS_PER_GET:
-            hosts = {_key(host): host for host in kube.list(METAL3, "BareMetalHost")}
+            hosts = {_key(host): host for host in kube.list(API_VERSION, "BareMetalHost")}
             with self._lock:
                 self._hosts = hosts
             return
 
         def reread(key: tuple) -> None:
-            host = (views.get(key) or kube).get(METAL3, "BareMetalHost", key[1], key[0])
+            host = (views.get(key) or kube).get(API_VERSION, "BareMetalHost", key[1], key[0])
             self.follow(key, host)
 
         _in_parallel(workers, due, reread)
@@ -643,13 +643,13 @@ def _write_hardware_data(kube, host: dict, hardware: dict) -> None:
     """Create the host's HardwareData (inspection normally finds none), or update the one there."""
     namespace, name = _key(host)
     desired = {
-        "apiVersion": METAL3,
+        "apiVersion": API_VERSION,
         "kind": "HardwareData",
         "metadata": {
             "name": name,
             "namespace": namespace,
             "ownerReferences": [
-                {"apiVersion": METAL3, "kind": "BareMetalHost", "name": name, "uid": host["metadata"]["uid"]}
+                {"apiVersion": API_VERSION, "kind": "BareMetalHost", "name": name, "uid": host["metadata"]["uid"]}
             ],
         },
         "spec": {"hardware": hardware},
@@ -659,7 +659,7 @@ def _write_hardware_data(kube, host: dict, hardware: dict) -> None:
         return
     except AlreadyExistsError:
         pass
-    existing = kube.get(METAL3, "HardwareData", name, namespace)
+    existing = kube.get(API_VERSION, "HardwareData", name, namespace)
     if existing is None:  # removed in between
         kube.create(desired)
     elif existing.get("spec") != desired["spec"]:

@@ -13,6 +13,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
     AlreadyExistsError,
     ConflictError,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import provisioner
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.provisioner import (
     Connections,
@@ -132,7 +133,6 @@ def test_parallel_steps_overlap_and_raise_the_first_error():
 
 # -- what a run reads and writes (a fake API server and fake BMCs) -----------------------
 
-METAL3 = "metal3.io/v1alpha1"
 T0 = "2026-11-23T10:00:00Z"
 LIVE = {"url": "http://127.0.0.1:3/live.iso", "format": "live-iso"}
 
@@ -300,7 +300,7 @@ def _secret(name: str, password: str = "s3cret") -> dict:
 
 def _bmh(name: str, system: int, annotations: dict | None = None, **spec) -> dict:
     return {
-        "apiVersion": METAL3,
+        "apiVersion": API_VERSION,
         "kind": "BareMetalHost",
         "metadata": {"name": name, "namespace": "rack", "annotations": annotations or {}},
         "spec": {
@@ -362,7 +362,7 @@ def test_a_rerun_on_settled_hosts_writes_nothing(fake_bmcs):
         _bmh("foreign", 7, annotations={machine.PROVISIONER_ANNOTATION: "metal3"}),
     )
     _settle(kube)
-    kube.delete(METAL3, "HardwareData", "no-hardware-data", "rack")
+    kube.delete(API_VERSION, "HardwareData", "no-hardware-data", "rack")
     _patch_host(kube, "paused", annotations={machine.PAUSED_ANNOTATION: ""})
     _patch_host(kube, "detached", annotations={machine.DETACHED_ANNOTATION: ""})
     _settle(kube)  # detaching is written once (operationalStatus: detached)
