@@ -49,11 +49,6 @@ def show(env: Devenv, identity: str, *args: str) -> None:
     print((result.stdout or result.stderr).rstrip())
 
 
-def host_names(env: Devenv) -> list[str]:
-    listing = env.kubectl("infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE, "-o", "name").stdout
-    return [line.split("/", 1)[1] for line in listing.split()]
-
-
 def run_module(env: Devenv, identity: str, module: str, args: dict) -> dict:
     """Run one collection module on localhost as `identity`; return its result."""
     with tempfile.TemporaryDirectory() as private:

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policy
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import REBOOT_ANNOTATION
 
 COPIED_ANNOTATION = "metalclaim.io/copied-metadata"
 KINDS = ("labels", "annotations")
@@ -29,7 +30,7 @@ KINDS = ("labels", "annotations")
 def never_copied(key: str) -> bool:
     """Keys that carry the claim layer's own bookkeeping or a reboot request: never copied nor removed."""
     prefix, _slash, _name = key.rpartition("/")
-    return prefix == "metalclaim.io" or prefix.endswith(".metalclaim.io") or key.startswith("reboot.metal3.io")
+    return prefix == "metalclaim.io" or prefix.endswith(".metalclaim.io") or key.startswith(REBOOT_ANNOTATION)
 
 
 @dataclass

@@ -65,10 +65,6 @@ def image_plan(claim: dict, host: dict, authorized: bool = True) -> tuple[dict |
     return dict(wanted), ""
 
 
-def is_reboot(name: str) -> bool:
-    return name == REBOOT_ANNOTATION or name.startswith(REBOOT_ANNOTATION + "/")
-
-
 def reboot_plan(claim_annotations: dict, host_annotations: dict, state: str) -> tuple[dict, dict, list[str]]:
     """(host annotations, claim annotations, requests waiting) after propagating reboot requests.
 
