@@ -21,6 +21,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import media_protocol as protocol
 
 from metalclaim import REPO_ROOT
+from tests.configdrive_reader import read_config_drive
 
 WRITER = REPO_ROOT / "files" / "metalclaim-image-writer"
 MIB = 1024 * 1024
@@ -117,7 +118,7 @@ def config_drive(tmp_path: Path, media_server, mode: str, image: dict | None = N
     media.publish(media_dir, "config-drive.iso", iso, token=token)
     with urllib.request.urlopen(protocol.media_url(media_url, token, "config-drive.iso"), timeout=10) as response:
         served = response.read()
-    files = configdrive.read_config_drive(served)
+    files = read_config_drive(served)
     assert files["user-data"] == USER_DATA and files["network-config"] == NETWORK_DATA
     assert json.loads(files["metalclaim/deploy.json"]) == deploy
     path = tmp_path / "config-drive.iso"
@@ -143,7 +144,7 @@ def config_drive_on_disk(disk: Path, partition: dict) -> dict:
         ["blkid", "-p", "-o", "export", "-O", str(start), str(disk)], capture_output=True, text=True, check=True
     )
     assert "LABEL=cidata" in probe.stdout.splitlines(), probe.stdout  # what cloud-init's NoCloud looks for
-    return configdrive.read_config_drive(data)
+    return read_config_drive(data)
 
 
 def test_qcow2_image_and_config_drive_are_written_and_reported(tmp_path, image_server, media_server):
@@ -179,7 +180,7 @@ def test_qcow2_image_and_config_drive_are_written_and_reported(tmp_path, image_s
     assert (original["start"], original["size"]) == (2048, 12288)
     assert drive["start"] * SECTOR >= len(source) and (drive["start"] + drive["size"]) * SECTOR <= DISK_SIZE
     assert drive["start"] % 2048 == 0 and drive["type"] == "83"
-    assert config_drive_on_disk(disk, drive) == configdrive.read_config_drive(iso_path.read_bytes())
+    assert config_drive_on_disk(disk, drive) == read_config_drive(iso_path.read_bytes())
 
     result_report = media.callback_result(media_server[0], token)
     assert result_report["status"] == "success", result_report

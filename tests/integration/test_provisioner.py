@@ -17,7 +17,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.configdrive import read_config_drive
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.redfish import RedfishClient
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
     parse_bmc_address,
@@ -25,6 +24,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 from kubernetes.client.exceptions import ApiException
 
 from metalclaim.devenv.processes import free_port, wait_until
+from tests.configdrive_reader import read_config_drive
 from tests.netfixtures import FaultProxy, FileServer
 from tests.support import eventually, run_tasks
 

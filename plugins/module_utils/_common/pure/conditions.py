@@ -17,10 +17,12 @@ PROVISIONED = "Provisioned"
 READY = "Ready"
 # The order conditions are written in: Ready first, as in the guide, then by type.
 ORDER = (READY, ASSOCIATION, PROVISIONED, SYNCHRONIZATION)
+# How timestamps are written (lastTransitionTime, lastUpdated, operationHistory): RFC 3339, UTC, seconds.
+TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime(TIMESTAMP_FORMAT)
 
 
 def find(conditions: list[dict] | None, type_: str) -> dict | None:
@@ -38,7 +40,8 @@ def set_condition(
 ) -> list[dict]:
     """A new list with `type_` set; its lastTransitionTime is kept unless the status flips."""
     previous = find(conditions, type_)
-    transition = previous["lastTransitionTime"] if previous and previous.get("status") == status else timestamp
+    kept = previous and previous.get("status") == status
+    transition = (previous.get("lastTransitionTime") if kept else None) or timestamp
     updated = {
         "type": type_,
         "status": status,
@@ -49,10 +52,6 @@ def set_condition(
     }
     others = [c for c in conditions or [] if c.get("type") != type_]
     return _ordered([*others, updated])
-
-
-def remove_condition(conditions: list[dict] | None, type_: str) -> list[dict]:
-    return [c for c in conditions or [] if c.get("type") != type_]
 
 
 def with_ready(conditions: list[dict] | None, generation: int, timestamp: str) -> list[dict]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import traceback
 
 try:
@@ -30,6 +31,7 @@ DEPLOY_FILE = "metalclaim/deploy.json"
 MODES = ("deploy", "clean")
 CHECKSUM_TYPES = ("md5", "sha256", "sha512")
 IMAGE_FORMATS = ("raw", "qcow2")
+# Metal3's checksumType "auto": a hex digest's type by its length.
 _TYPE_BY_LENGTH = {32: "md5", 64: "sha256", 128: "sha512"}
 
 # NoCloud name -> ISO9660 level-3 (8.3) name, for readers without Rock Ridge or Joliet.
@@ -86,18 +88,28 @@ def validate_deploy(deploy: dict) -> dict:
     is_url = checksum.startswith(("http://", "https://"))
     if not is_url and not all(c in "0123456789abcdefABCDEF" for c in checksum):
         raise ValueError("deploy.image.checksum must be a hex digest or an http(s) URL of a checksum file")
-    checksum_type = image.get("checksumType")
-    if checksum_type in (None, "", "auto") and not is_url:  # Metal3's "auto": known by the digest's length
-        checksum_type = _TYPE_BY_LENGTH.get(len(checksum))
-    if checksum_type not in CHECKSUM_TYPES:
+    kind = image.get("checksumType")
+    if kind in (None, "", "auto") and not is_url:  # Metal3's "auto": known by the digest's length
+        kind = _TYPE_BY_LENGTH.get(len(checksum))
+    if kind not in CHECKSUM_TYPES:
         raise ValueError(f"deploy.image.checksumType must be one of {', '.join(CHECKSUM_TYPES)}")
     result["image"] = {
         "url": _http_url(_require(image, "url", "deploy.image"), "deploy.image.url"),
         "format": image_format,
         "checksum": checksum,
-        "checksumType": checksum_type,
+        "checksumType": kind,
     }
     return result
+
+
+def checksum_type(checksum: str) -> str:
+    """Metal3's checksumType 'auto': by the digest's length, or by a checksum file's name."""
+    if re.fullmatch(r"[0-9a-fA-F]+", checksum) and len(checksum) in _TYPE_BY_LENGTH:
+        return _TYPE_BY_LENGTH[len(checksum)]
+    for name in ("sha512", "sha256", "md5"):
+        if name in checksum.rsplit("/", 1)[-1].lower():
+            return name
+    raise ValueError(f"spec.image.checksumType is needed: cannot tell the type of checksum {checksum!r}")
 
 
 def default_meta_data(deploy: dict) -> bytes:
@@ -141,28 +153,3 @@ def build_config_drive(
     iso.write_fp(out)
     iso.close()
     return out.getvalue()
-
-
-def read_config_drive(iso_bytes: bytes) -> dict[str, bytes]:
-    """Every file of a config drive by its Rock Ridge path relative to the root ("metalclaim/deploy.json")."""
-    if PYCDLIB_IMPORT_ERROR is not None:
-        raise RuntimeError("the pycdlib Python package is required to read config drives")
-    iso = pycdlib.PyCdlib()
-    iso.open_fp(io.BytesIO(iso_bytes))
-    try:
-        files = {}
-        for root, _dirs, names in iso.walk(rr_path="/"):
-            for name in names:
-                path = f"{root.rstrip('/')}/{name}"
-                out = io.BytesIO()
-                iso.get_file_from_iso_fp(out, rr_path=path)
-                files[path.lstrip("/")] = out.getvalue()
-        return files
-    finally:
-        iso.close()
-
-
-def volume_id(iso_bytes: bytes) -> str:
-    """The primary volume descriptor's volume identifier (what blkid reports as LABEL)."""
-    # The primary volume descriptor is sector 16 (2048-byte sectors); its identifier is bytes 40-72.
-    return iso_bytes[16 * 2048 + 40 : 16 * 2048 + 72].decode("ascii").rstrip()

@@ -33,11 +33,12 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import StepFailure
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.configdrive import (
     PYCDLIB_IMPORT_ERROR,
     build_config_drive,
+    checksum_type,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.redfish import (
     SUSHY_IMPORT_ERROR,
@@ -51,8 +52,6 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     parse_bmc_address,
 )
 
-DATA_ROLES = ("userData", "metaData", "networkData")
-_HEX_LENGTHS = {32: "md5", 64: "sha256", 128: "sha512"}
 _MEDIA_TOKEN = re.compile(r"/media/([A-Za-z0-9_-]{43})/")
 # The verbs Kube counts (Kube.calls); the module reports each, 0 included.
 API_VERBS = ("list", "get", "create", "replace", "patch", "delete")
@@ -542,16 +541,6 @@ def _publish(kube, host: dict, mode: str, token: str, options: Options) -> None:
         deploy=deploy,
     )
     media.publish(options.media_dir, machine.CONFIG_DRIVE_FILE, iso, token=token)
-
-
-def checksum_type(checksum: str) -> str:
-    """Metal3's checksumType 'auto': by the digest's length, or by a checksum file's name."""
-    if re.fullmatch(r"[0-9a-fA-F]+", checksum) and len(checksum) in _HEX_LENGTHS:
-        return _HEX_LENGTHS[len(checksum)]
-    for name in ("sha512", "sha256", "md5"):
-        if name in checksum.rsplit("/", 1)[-1].lower():
-            return name
-    raise ValueError(f"spec.image.checksumType is needed: cannot tell the type of checksum {checksum!r}")
 
 
 def _tenant_data(kube, host: dict) -> dict:

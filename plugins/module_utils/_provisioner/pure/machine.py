@@ -20,9 +20,15 @@ import datetime
 import json
 from dataclasses import dataclass, field
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
+    DETACHED_ANNOTATION,
+    PAUSED_ANNOTATION,
+    REBOOT_ANNOTATION,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import media_url
 
-# Metal3 provisioning states.
+# Metal3 provisioning states, by name (each one of metal3.STATES).
 NONE = ""
 UNMANAGED = "unmanaged"
 REGISTERING = "registering"
@@ -44,10 +50,7 @@ INSPECTION_ERROR = "inspection error"
 PROVISIONING_ERROR = "provisioning error"
 POWER_ERROR = "power management error"
 
-PAUSED_ANNOTATION = "baremetalhost.metal3.io/paused"
-DETACHED_ANNOTATION = "baremetalhost.metal3.io/detached"
 INSPECT_ANNOTATION = "inspect.metal3.io"
-REBOOT_ANNOTATION = "reboot.metal3.io"
 # Who provisions this host: absent or "metalclaim" is us; anything else (say "metal3")
 # leaves it to that provisioner. Also read as a label on the host's Namespace.
 PROVISIONER_ANNOTATION = "metalclaim.io/provisioner"
@@ -157,7 +160,7 @@ def is_ours(host: dict, namespace_labels: dict) -> bool:
 
 
 def parse_time(timestamp: str) -> datetime.datetime:
-    return datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    return datetime.datetime.strptime(timestamp, conditions.TIMESTAMP_FORMAT).replace(tzinfo=datetime.UTC)
 
 
 def seconds_between(earlier: str, later: str) -> float:
@@ -733,7 +736,7 @@ def _deprovisioning(host: dict, observed: dict, ctx: Context) -> Step:
     step.status["provisioning"] = {"state": AVAILABLE}
     step.status["operationHistory"] = _history(host, "deprovision", end=ctx.now)
     step.status["conditions"] = _cleaned_condition(host, op, ctx)
-    message = step.status["conditions"][0]["message"]
+    message = conditions.find(step.status["conditions"], CLEANED_CONDITION)["message"]
     return _ok(_transition(host, step, AVAILABLE, "Deprovisioned", f"deprovisioned; {message}"), host)
 
 
@@ -748,20 +751,15 @@ def _cleaned_condition(host: dict, op: dict, ctx: Context) -> list:
             "CleaningUnsupported",
             "automated cleaning is not supported here (no deploy ISO configured): disks NOT wiped",
         )
-    previous = next(
-        (c for c in (host.get("status") or {}).get("conditions") or [] if c.get("type") == CLEANED_CONDITION), {}
+    return conditions.set_condition(
+        (host.get("status") or {}).get("conditions"),
+        CLEANED_CONDITION,
+        status,
+        reason,
+        message,
+        (host.get("metadata") or {}).get("generation", 0),
+        ctx.now,
     )
-    transition = previous.get("lastTransitionTime") if previous.get("status") == status else ctx.now
-    condition = {
-        "type": CLEANED_CONDITION,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": transition or ctx.now,
-        "observedGeneration": (host.get("metadata") or {}).get("generation", 0),
-    }
-    others = [c for c in (host.get("status") or {}).get("conditions") or [] if c.get("type") != CLEANED_CONDITION]
-    return [condition, *others]
 
 
 def _clean(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> Step:

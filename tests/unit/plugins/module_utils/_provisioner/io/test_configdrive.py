@@ -13,6 +13,7 @@ import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import configdrive
 
 from metalclaim import REPO_ROOT
+from tests.configdrive_reader import read_config_drive, volume_id
 
 TOKEN = "A" * 43
 DEPLOY = {
@@ -33,18 +34,18 @@ def test_nocloud_files_and_instructions_are_read_back():
     iso = configdrive.build_config_drive(
         user_data=user_data, meta_data=b"instance-id: bm-01\n", network_data=network_data, deploy=DEPLOY
     )
-    files = configdrive.read_config_drive(iso)
+    files = read_config_drive(iso)
     assert set(files) == {"user-data", "meta-data", "network-config", "metalclaim/deploy.json"}
     assert files["user-data"] == user_data
     assert files["meta-data"] == b"instance-id: bm-01\n"
     assert files["network-config"] == network_data
     assert json.loads(files["metalclaim/deploy.json"]) == DEPLOY
-    assert configdrive.volume_id(iso) == "cidata"
+    assert volume_id(iso) == "cidata"
 
 
 def test_meta_data_and_user_data_always_exist_and_network_config_only_when_given():
     iso = configdrive.build_config_drive(user_data=None, meta_data=None, network_data=None, deploy=DEPLOY)
-    files = configdrive.read_config_drive(iso)
+    files = read_config_drive(iso)
     assert set(files) == {"user-data", "meta-data", "metalclaim/deploy.json"}
     assert files["user-data"] == b""
     assert files["meta-data"].startswith(b"instance-id: iid-metalclaim-")
@@ -93,6 +94,25 @@ def test_auto_needs_a_known_length_or_a_literal_digest():
             )
 
 
+@pytest.mark.parametrize(
+    ("checksum", "expected"),
+    [
+        ("0" * 32, "md5"),
+        ("a" * 64, "sha256"),
+        ("F" * 128, "sha512"),
+        ("http://127.0.0.1:8080/images/jammy/img.md5", "md5"),
+        ("http://127.0.0.1:8080/SHA256SUMS", "sha256"),
+    ],
+)
+def test_checksum_type_auto_as_metal3(checksum, expected):
+    assert configdrive.checksum_type(checksum) == expected
+
+
+def test_an_undecidable_checksum_type_names_the_field():
+    with pytest.raises(ValueError, match="checksumType"):
+        configdrive.checksum_type("http://127.0.0.1/checksums.txt")
+
+
 def test_a_checksum_url_is_accepted():
     image = dict(DEPLOY["image"], checksum="https://127.0.0.1/SHA256SUMS")
     assert configdrive.validate_deploy({**DEPLOY, "image": image})["image"]["checksum"] == image["checksum"]
@@ -123,7 +143,7 @@ def test_the_writers_stdlib_reader_sees_what_pycdlib_wrote():
         user_data=b"#cloud-config\n", meta_data=None, network_data=b"version: 2\n", deploy=DEPLOY
     )
     handle = io.BytesIO(iso)
-    assert writer.read_iso(handle) == configdrive.read_config_drive(iso)
+    assert writer.read_iso(handle) == read_config_drive(iso)
     assert writer.iso_volume(handle) == iso
     with pytest.raises(writer.WriterError, match="not an ISO9660 image"):
         writer.read_iso(io.BytesIO(bytes(64 * 2048)))

@@ -22,7 +22,6 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     Options,
     Settling,
     _in_parallel,
-    checksum_type,
     provision_hosts,
     without_tokens,
 )
@@ -36,25 +35,6 @@ def test_media_tokens_never_reach_an_error_message():
     scrubbed = without_tokens(message)
     assert TOKEN not in scrubbed
     assert "/media/h128PK.../config-drive.iso" in scrubbed
-
-
-@pytest.mark.parametrize(
-    ("checksum", "expected"),
-    [
-        ("0" * 32, "md5"),
-        ("a" * 64, "sha256"),
-        ("F" * 128, "sha512"),
-        ("http://127.0.0.1:8080/images/jammy/img.md5", "md5"),
-        ("http://127.0.0.1:8080/SHA256SUMS", "sha256"),
-    ],
-)
-def test_checksum_type_auto_as_metal3(checksum, expected):
-    assert checksum_type(checksum) == expected
-
-
-def test_an_undecidable_checksum_type_names_the_field():
-    with pytest.raises(ValueError, match="checksumType"):
-        checksum_type("http://127.0.0.1/checksums.txt")
 
 
 # -- the wait loop's bookkeeping ---------------------------------------------------------

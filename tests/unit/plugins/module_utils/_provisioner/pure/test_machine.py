@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import machine as m
 
 T0 = "2026-11-23T10:00:00Z"
@@ -355,3 +356,49 @@ def test_a_host_whose_bmc_address_was_removed_is_deleted_without_a_power_off():
     assert m.observations(h, ctx()) == ()
     step = m.decide(h, {}, ctx())
     assert (step.state, step.finalizer, step.actions) == (m.DELETING, "remove", [])
+
+
+def test_the_machines_states_and_annotations_are_metal3s():
+    named = (
+        m.NONE,
+        m.UNMANAGED,
+        m.REGISTERING,
+        m.INSPECTING,
+        m.AVAILABLE,
+        m.PROVISIONING,
+        m.PROVISIONED,
+        m.DEPROVISIONING,
+        m.EXTERNALLY_PROVISIONED,
+        m.POWERING_OFF_BEFORE_DELETE,
+        m.DELETING,
+    )
+    assert set(named) <= set(metal3.STATES)
+    assert set(metal3.PROVISIONED_STATES) == {m.PROVISIONED, m.EXTERNALLY_PROVISIONED}
+    assert m.AVAILABLE in metal3.FREE_STATES
+    assert (m.PAUSED_ANNOTATION, m.DETACHED_ANNOTATION, m.REBOOT_ANNOTATION) == (
+        metal3.PAUSED_ANNOTATION,
+        metal3.DETACHED_ANNOTATION,
+        metal3.REBOOT_ANNOTATION,
+    )
+
+
+def test_the_cleaned_condition_keeps_its_transition_time_while_its_status_holds():
+    earlier = {"type": m.CLEANED_CONDITION, "status": "False", "reason": "CleaningUnsupported", "message": "x"}
+    other = {"type": "Other", "status": "True", "reason": "R", "message": "", "lastTransitionTime": T0}
+    idle = {m.POWER: "Off", m.BOOT: {"enabled": "Disabled"}, m.MEDIA: {}}
+    h = host(m.DEPROVISIONING, status={"conditions": [other, {**earlier, "lastTransitionTime": T0}]})
+    held = m.decide(h, idle, ctx(now=T2, settings=m.Settings()))
+    cleaned = next(c for c in held.status["conditions"] if c["type"] == m.CLEANED_CONDITION)
+    assert (cleaned["status"], cleaned["lastTransitionTime"], cleaned["observedGeneration"]) == ("False", T0, 1)
+    assert other in held.status["conditions"] and len(held.status["conditions"]) == 2
+    # One without a transition time gets the step's.
+    untimed = host(m.DEPROVISIONING, status={"conditions": [earlier]})
+    assert (
+        m.decide(untimed, idle, ctx(now=T2, settings=m.Settings())).status["conditions"][0]["lastTransitionTime"] == T2
+    )
+    # Cleaned after all: the status flips, and so does the time.
+    wiped = json.dumps({"kind": "clean", "cleaned": True})
+    h["metadata"]["annotations"] = {m.OPERATION_ANNOTATION: wiped}
+    flipped = m.decide(h, idle, ctx(now=T2))
+    cleaned = next(c for c in flipped.status["conditions"] if c["type"] == m.CLEANED_CONDITION)
+    assert (cleaned["status"], cleaned["lastTransitionTime"]) == ("True", T2)
