@@ -129,8 +129,17 @@ attributes:
     support: full
     description: Reads the BMCs and reports the step each host would take; changes nothing.
   diff_mode:
-    support: none
-    description: The per-host results say what was done.
+    support: partial
+    description: Shows, per object the run wrote (or, in check mode, would write), the fields it changed,
+      from before the run's first step to after its last.
+    details:
+      - "Of a BareMetalHost: its annotations, finalizers and status (C(provisioning.state), C(poweredOn),
+        C(operationalStatus), C(errorType), C(errorMessage), ...), without C(status.lastUpdated); a HardwareData
+        written by inspection is shown by its C(spec) (in check mode, as one to be created)."
+      - Actions on the BMCs and the media server are not objects, so they are not in the diff (RV(hosts[].actions)
+        lists them), nor are Events.
+      - Built from the objects the run already holds, so asking for a diff costs no API request. The BMC Secret is
+        only read and never shown, and the media token in the operation annotation is redacted.
   idempotent:
     support: full
     description: A host whose BMC already matches its spec takes no action, and nothing is written for it

@@ -45,7 +45,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     RedfishClient,
     RedfishError,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import machine
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import host_diff, machine
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import media_protocol as protocol
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
     BmcAddressError,
@@ -78,11 +78,14 @@ def provision_hosts(
     check_mode: bool,
     connections: Connections | None = None,
     fleet: Fleet | None = None,
+    diff: bool = False,
 ) -> dict:
     """Advance each selected host by one step.
 
     `fleet` carries what earlier steps of the run read and wrote: given one that has been
-    read, only the `wanted` hosts are read again. Hosts are read and written in parallel
+    read, only the `wanted` hosts are read again. With `diff`, the result's `writes` lists
+    (kind, namespace, name, before, after) for every object written (or, in check mode, that
+    would be), in the order written, for host_diff.RunDiff. Hosts are read and written in parallel
     (options.workers), but decided one by one in name order: that is where the provisioning
     slots (options.max_concurrent) are handed out.
     """
@@ -100,6 +103,8 @@ def provision_hosts(
     run_connections = connections or Connections(options)
     try:
         works = [_Work(host, timestamp, views.get(_key(host)) or HostKube(kube)) for host in sorted(selected, key=_key)]
+        for work in works:
+            work.writes = [] if diff else None
         _in_parallel(options.workers, works, lambda work: _observe_host(work, options, run_connections))
         for work in works:
             if work.result.get("skipped"):
@@ -115,13 +120,16 @@ def provision_hosts(
     for work in works:
         work.result["api_calls"] = work.kube.counts()
     requeues = [r["requeue_after"] for r in results if r.get("requeue_after") is not None]
-    return {
+    outcome = {
         "changed": any(r["changed"] for r in results),
         "hosts": results,
         "requeue_after": min(requeues) if requeues else None,
         "redfish_requests": sum(r["redfish_requests"] for r in results),
         "states": _count_states(results),
     }
+    if diff:
+        outcome["writes"] = [write for work in works for write in work.writes]
+    return outcome
 
 
 def _in_parallel(workers: int, works: list, task) -> None:
@@ -340,6 +348,7 @@ class _Work:
     observed: dict = dataclasses.field(default_factory=dict)
     failure: machine.Step | None = None  # reading the BMC failed: this is the step
     step: machine.Step | None = None
+    writes: list | None = None  # with --diff: (kind, namespace, name, before, after) per write
 
     def __post_init__(self):
         namespace, name = _key(self.host)
@@ -382,7 +391,7 @@ def _finish_host(work: _Work, options: Options, check_mode: bool, fleet: Fleet) 
         step = _carry_out(work.kube, host, step, work.bmc, work.ctx, options)
     result["redfish_requests"] = work.bmc.requests if work.bmc is not None else 0
     try:
-        result["changed"], written = _write(work.kube, host, step, work.timestamp, check_mode)
+        result["changed"], written = _write(work.kube, host, step, work.timestamp, check_mode, work.writes)
     except ConflictError as error:
         result.update(conflict=str(error), requeue_after=1)
         return
@@ -564,15 +573,20 @@ def _tenant_data(kube, host: dict) -> dict:
     return data
 
 
-def _write(kube, host: dict, step: machine.Step, timestamp: str, check_mode: bool) -> tuple[bool, dict]:
+def _write(
+    kube, host: dict, step: machine.Step, timestamp: str, check_mode: bool, writes: list | None = None
+) -> tuple[bool, dict]:
     """Annotations and finalizer (guarded by resourceVersion), then status, then HardwareData; each only if changed.
 
     The step's Event is recorded by the caller, after this.
 
     Returns whether anything was (or would be) done, and the host as the API last returned it
-    (`host` itself when nothing was written).
+    (`host` itself when nothing was written). Given `writes` (--diff), each write (or, in check
+    mode, each write that would be made) is appended to it, built from the objects in hand.
     """
     changed = bool(step.actions)
+    namespace, name = _key(host)
+    before = host_diff.host_view(host) if writes is not None else None
     updated = copy.deepcopy(host)
     meta = updated["metadata"]
     annotations = dict(meta.get("annotations") or {})
@@ -595,16 +609,23 @@ def _write(kube, host: dict, step: machine.Step, timestamp: str, check_mode: boo
         changed = True
         if not check_mode:
             host = kube.replace(updated)
+        if writes is not None:
+            writes.append((host_diff.HOST, namespace, name, before, host_diff.host_view(host, annotations, finalizers)))
     if step.finalizer == "remove":
         return changed, host  # the host is gone (or going): no status to write
     patch = _status_patch(host, step)
     if patch:
         changed = True
+        if writes is not None:
+            after = host_diff.patched(host_diff.host_view(host, annotations, finalizers), patch)
+            writes.append((host_diff.HOST, namespace, name, before, after))
         if not check_mode:
             patch["lastUpdated"] = timestamp
             host = kube.patch_status(host, patch)
-    if step.hardware is not None and not check_mode:
-        _write_hardware_data(kube, host, step.hardware)
+    if step.hardware is not None:
+        written = _write_hardware_data(kube, host, step.hardware, check_mode)
+        if written is not None and writes is not None:
+            writes.append((host_diff.HARDWARE_DATA, namespace, name, *written))
     return changed, host
 
 
@@ -628,8 +649,12 @@ def _status_patch(host: dict, step: machine.Step) -> dict:
     return patch
 
 
-def _write_hardware_data(kube, host: dict, hardware: dict) -> None:
-    """Create the host's HardwareData (inspection normally finds none), or update the one there."""
+def _write_hardware_data(kube, host: dict, hardware: dict, check_mode: bool = False) -> tuple[dict, dict] | None:
+    """Create the host's HardwareData (inspection normally finds none), or update the one there.
+
+    Returns what it wrote as (before, after) host_diff views, None when it wrote nothing. Check
+    mode reads nothing and shows a HardwareData to be created.
+    """
     namespace, name = _key(host)
     desired = {
         "apiVersion": API_VERSION,
@@ -643,18 +668,24 @@ def _write_hardware_data(kube, host: dict, hardware: dict) -> None:
         },
         "spec": {"hardware": hardware},
     }
+    created = ({}, host_diff.hardware_data_view(desired))
+    if check_mode:
+        return created
     try:
         kube.create(desired)
-        return
+        return created
     except AlreadyExistsError:
         pass
     existing = kube.get(API_VERSION, "HardwareData", name, namespace)
     if existing is None:  # removed in between
         kube.create(desired)
-    elif existing.get("spec") != desired["spec"]:
+        return created
+    if existing.get("spec") != desired["spec"]:
         updated = copy.deepcopy(existing)
         updated["spec"] = desired["spec"]
         kube.replace(updated)
+        return host_diff.hardware_data_view(existing), host_diff.hardware_data_view(desired)
+    return None
 
 
 def _describe_action(action: tuple) -> str:
@@ -710,6 +741,7 @@ def provision(module, kube) -> dict:
     deadline = time.monotonic() + max(0.0, params["wait"])
     settling = Settling()
     fleet = Fleet()
+    run_diff = host_diff.RunDiff() if getattr(module, "_diff", False) else None
     changed = False
     steps = requests = 0
     pending = params["hosts"]
@@ -717,8 +749,18 @@ def provision(module, kube) -> dict:
     try:
         while True:
             result = provision_hosts(
-                kube, pending, params["namespaces"], options, now(), module.check_mode, connections, fleet
+                kube,
+                pending,
+                params["namespaces"],
+                options,
+                now(),
+                module.check_mode,
+                connections,
+                fleet,
+                diff=run_diff is not None,
             )
+            for write in result.get("writes", ()):
+                run_diff.record(*write)
             changed = changed or result["changed"]
             requests += result["redfish_requests"]
             steps += 1
@@ -733,7 +775,7 @@ def provision(module, kube) -> dict:
     finally:
         connections.close()
     hosts = settling.hosts()
-    return dict(
+    outcome = dict(
         changed=changed,
         hosts=hosts,
         states=_count_states(hosts),
@@ -742,6 +784,9 @@ def provision(module, kube) -> dict:
         api_calls=api_calls(kube),
         steps=steps,
     )
+    if run_diff is not None:
+        outcome["diff"] = run_diff.entries()
+    return outcome
 
 
 def api_calls(kube) -> dict:

@@ -502,3 +502,106 @@ def test_api_calls_name_every_verb():
     kube = FakeKube()
     kube.calls.update(list=2, get=3)
     assert provisioner.api_calls(kube) == {"list": 2, "get": 3, "create": 0, "replace": 0, "patch": 0, "delete": 0}
+
+
+# -- --diff ---------------------------------------------------------------------------------
+
+
+class _Module:
+    """What provision() uses of an AnsibleModule."""
+
+    def __init__(self, check_mode=False, diff=False, **params):
+        self.check_mode = check_mode
+        self._diff = diff
+        self.params = {
+            "hosts": None,
+            "namespaces": None,
+            "deploy_iso_url": None,
+            "media_dir": None,
+            "media_url": None,
+            "max_concurrent": 20,
+            "power_off_timeout": 60,
+            "callback_timeout": 1800,
+            "backoff_base": 10,
+            "backoff_cap": 600,
+            "redfish_timeout": 10,
+            "redfish_retries": 1,
+            "wait": 0,
+            "workers": 4,
+            **params,
+        }
+
+
+def _copy_of(kube: FakeKube) -> FakeKube:
+    twin = FakeKube()
+    twin.objects = copy.deepcopy(kube.objects)
+    twin._version = kube._version
+    return twin
+
+
+def test_diff_shows_each_written_hosts_change_at_no_extra_request(fake_bmcs):
+    kube = FakeKube()
+    _rack(kube, _bmh("new", 1), _bmh("paused", 2, annotations={machine.PAUSED_ANNOTATION: ""}))
+    plain = provisioner.provision(_Module(), _copy_of(kube))
+    assert "diff" not in plain
+    result = provisioner.provision(_Module(diff=True), kube)
+    assert result["api_calls"] == plain["api_calls"]
+    (entry,) = result["diff"]  # the paused host is not written
+    assert entry["before_header"] == entry["after_header"] == "BareMetalHost rack/new"
+    assert entry["after"]["status"]["provisioning"] == {"state": machine.REGISTERING}
+    assert entry["after"]["metadata"]["finalizers"] == [machine.FINALIZER]
+    assert "lastUpdated" not in entry["after"]["status"]
+    assert "s3cret" not in repr(result) and base64.b64encode(b"s3cret").decode() not in repr(result)
+
+
+def test_diff_runs_from_before_the_first_step_to_after_the_last_and_includes_hardware_data(fake_bmcs):
+    kube = FakeKube()
+    _rack(kube, _bmh("new", 1))
+    module = _Module(diff=True, wait=5)
+    plain_kube = _copy_of(kube)
+    result = provisioner.provision(module, kube)
+    assert result["steps"] > 1 and result["hosts"][0]["state"] == machine.AVAILABLE
+    host, hardware = result["diff"]
+    assert host["before"]["status"] == {} and host["after"]["status"]["provisioning"]["state"] == machine.AVAILABLE
+    assert host["after"]["status"]["goodCredentials"]["credentials"]["name"] == "new-bmc"
+    assert hardware["before_header"] == "HardwareData rack/new" and hardware["before"] == {}
+    assert hardware["after"]["spec"]["hardware"]["cpu"] == {"count": 2}
+    assert "s3cret" not in repr(result["diff"])
+    FakeBmc.systems.clear()
+    assert provisioner.provision(_Module(wait=5), plain_kube)["api_calls"] == result["api_calls"]
+    # Settled: nothing written, nothing to show.
+    again = provisioner.provision(module, kube)
+    assert again["diff"] == [] and not again["changed"]
+
+
+def test_check_mode_diff_shows_what_would_change_and_writes_nothing(fake_bmcs):
+    kube = FakeKube()
+    _rack(kube, _bmh("h0", 1))
+    _settle(kube)
+    _patch_host(kube, "h0", annotations={machine.DETACHED_ANNOTATION: ""})
+    kube.calls.clear()
+    result = provisioner.provision(_Module(check_mode=True, diff=True), kube)
+    assert kube.writes() == 0
+    (entry,) = result["diff"]
+    assert (entry["before"]["status"], entry["after"]["status"]) == (
+        {"operationalStatus": "OK"},
+        {"operationalStatus": "detached"},
+    )
+    assert "metadata" not in entry["before"]  # annotations and finalizers unchanged
+
+
+def test_diff_shows_a_replaced_hardware_data_by_its_spec(fake_bmcs):
+    kube = FakeKube()
+    _rack(kube, _bmh("h0", 1))
+    kube.add(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "HardwareData",
+            "metadata": {"name": "h0", "namespace": "rack"},
+            "spec": {"hardware": {"cpu": {"count": 1}}},
+        }
+    )
+    result = provisioner.provision(_Module(diff=True, wait=5), kube)
+    hardware = next(e for e in result["diff"] if e["before_header"].startswith("HardwareData"))
+    assert hardware["before"] == {"spec": {"hardware": {"cpu": {"count": 1}}}}
+    assert hardware["after"]["spec"]["hardware"]["cpu"] == {"count": 2}
