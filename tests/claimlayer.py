@@ -121,11 +121,13 @@ class Rack:
         self.api("admin", "Namespace", "v1").delete(name=self.namespace)
 
 
-def step(module: str, devenv, tmp_path, rack, check_mode: bool = False) -> dict:
-    """Run one claim-layer module for the rack's claims, as the controller."""
+def step(module: str, devenv, tmp_path, rack, check_mode: bool = False, diff: bool = False) -> dict:
+    """Run one claim-layer module for the rack's claims, as the controller (with --diff when `diff`)."""
     task = {f"metalclaim.hostclaim.{module}": {"claims": rack.claim_args()}}
     if check_mode:
         task["check_mode"] = True
+    if diff:
+        task["diff"] = True
     (result,) = run_tasks(tmp_path / uuid.uuid4().hex[:6], [task], devenv.kubeconfig("controller"))
     assert not result["failed"], result
     return result

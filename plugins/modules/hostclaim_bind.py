@@ -41,8 +41,12 @@ attributes:
     support: full
     description: Reports what would be bound and written; writes nothing.
   diff_mode:
-    support: none
-    description: The per-claim results say what changed.
+    support: partial
+    description: Shows what each write changes, only the fields that change.
+    details: >-
+      Shown: each host's C(consumerRef) set (or cleared, for a host given back), the claim's finalizer and binding
+      lock annotation, and its status fields (conditions by type). Not shown: the Events recorded on claims, and the
+      C(lastUpdated) timestamp of a status write.
   idempotent:
     support: full
     description: A second run with nothing new to bind changes nothing.
@@ -109,6 +113,18 @@ conflicts:
   description: How many claims another binder was writing at the same time (it binds them; a later run sees its result).
   returned: always
   type: int
+diff:
+  description:
+    - With C(--diff) (in check mode too, what would change), one entry per object written, C(before) and C(after)
+      holding only the fields that change (a Secret's values redacted). Empty when nothing changes.
+  returned: when diff mode is on
+  type: list
+  elements: dict
+  sample:
+    - before_header: BareMetalHost rack-1/h1
+      after_header: BareMetalHost rack-1/h1
+      before: {"spec": {"online": false}}
+      after: {"spec": {"online": true}}
 status_writes:
   description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
   returned: always

@@ -30,8 +30,13 @@ attributes:
     support: full
     description: Each step reports what it would do on the state read at the start; nothing is written.
   diff_mode:
-    support: none
-    description: The per-step, per-claim results say what changed.
+    support: partial
+    description: Shows what each step's writes change, only the fields that change; never a Secret's values.
+    details: >-
+      Shown: what M(metalclaim.hostclaim.hostclaim_release), M(metalclaim.hostclaim.hostclaim_bind),
+      M(metalclaim.hostclaim.hostclaim_secrets) and M(metalclaim.hostclaim.hostclaim_sync) show, in that order, each
+      claim's status once. Not shown: the Events recorded on claims, and the C(lastUpdated) timestamp of a status
+      write.
   idempotent:
     support: full
     description: With nothing new on either side, a second run changes nothing.
@@ -100,6 +105,18 @@ summary:
     not_synchronized: 0
     conflicts: 0
     list_calls: 5
+diff:
+  description:
+    - With C(--diff) (in check mode too, what would change), one entry per object written, C(before) and C(after)
+      holding only the fields that change (a Secret's values redacted). Empty when nothing changes.
+  returned: when diff mode is on
+  type: list
+  elements: dict
+  sample:
+    - before_header: BareMetalHost rack-1/h1
+      after_header: BareMetalHost rack-1/h1
+      before: {"spec": {"online": false}}
+      after: {"spec": {"online": true}}
 status_writes:
   description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
   returned: always

@@ -34,8 +34,12 @@ attributes:
     support: full
     description: Reports what would be released; writes nothing.
   diff_mode:
-    support: none
-    description: The per-claim results say what changed.
+    support: partial
+    description: Shows what each write changes, only the fields that change; never a Secret's values.
+    details: >-
+      Shown: each host scrubbed (image, data refs, reboot annotations, C(online), C(automatedCleaningMode)) and its
+      C(consumerRef) cleared, each copy deleted (values redacted), the claim's finalizer removed, and orphaned claims'
+      status fields. Not shown: the Events recorded on claims, and the C(lastUpdated) timestamp of a status write.
   idempotent:
     support: full
     description: Each run moves every deleted claim one step further; with none left, nothing changes.
@@ -98,6 +102,18 @@ pending:
   description: How many claims (and orphaned hosts) wait for their host to be deprovisioned.
   returned: always
   type: int
+diff:
+  description:
+    - With C(--diff) (in check mode too, what would change), one entry per object written, C(before) and C(after)
+      holding only the fields that change (a Secret's values redacted). Empty when nothing changes.
+  returned: when diff mode is on
+  type: list
+  elements: dict
+  sample:
+    - before_header: BareMetalHost rack-1/h1
+      after_header: BareMetalHost rack-1/h1
+      before: {"spec": {"online": false}}
+      after: {"spec": {"online": true}}
 status_writes:
   description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
   returned: always

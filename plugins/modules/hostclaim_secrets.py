@@ -47,8 +47,12 @@ attributes:
     support: full
     description: Reports what would be copied, updated or deleted; writes nothing.
   diff_mode:
-    support: none
-    description: The per-claim results say what changed.
+    support: partial
+    description: Shows what each write changes, only the fields that change; never a Secret's values.
+    details: >-
+      Shown: each copy created, updated or deleted beside a host, its C(data) redacted to keys and sizes (C(<redacted,
+      123 bytes>)); the host's C(userData), C(metaData) and C(networkData) refs; the claim's status fields (conditions
+      by type). Not shown: the Events recorded on claims, and the C(lastUpdated) timestamp of a status write.
   idempotent:
     support: full
     description: With sources unchanged, a second run changes nothing.
@@ -95,6 +99,18 @@ claims:
     changed:
       description: Whether anything was written for this claim.
       type: bool
+diff:
+  description:
+    - With C(--diff) (in check mode too, what would change), one entry per object written, C(before) and C(after)
+      holding only the fields that change (a Secret's values redacted). Empty when nothing changes.
+  returned: when diff mode is on
+  type: list
+  elements: dict
+  sample:
+    - before_header: BareMetalHost rack-1/h1
+      after_header: BareMetalHost rack-1/h1
+      before: {"spec": {"online": false}}
+      after: {"spec": {"online": true}}
 status_writes:
   description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
   returned: always

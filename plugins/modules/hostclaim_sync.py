@@ -46,8 +46,12 @@ attributes:
     support: full
     description: Reports what would change; writes nothing.
   diff_mode:
-    support: none
-    description: The per-claim results say what changed.
+    support: partial
+    description: Shows what each write changes, only the fields that change.
+    details: >-
+      Shown: each BareMetalHost's changed fields (C(online), C(image), reboot annotations), the claim's labels and
+      annotations copied from its host or cleared of a one-shot reboot, and its status fields (conditions by type).
+      Not shown: the Events recorded on claims, and the C(lastUpdated) timestamp of a status write.
   idempotent:
     support: full
     description: With nothing new on either side, a second run changes nothing.
@@ -89,6 +93,18 @@ claims:
     changed:
       description: Whether anything was written for this claim.
       type: bool
+diff:
+  description:
+    - With C(--diff) (in check mode too, what would change), one entry per object written, C(before) and C(after)
+      holding only the fields that change (a Secret's values redacted). Empty when nothing changes.
+  returned: when diff mode is on
+  type: list
+  elements: dict
+  sample:
+    - before_header: BareMetalHost rack-1/h1
+      after_header: BareMetalHost rack-1/h1
+      before: {"spec": {"online": false}}
+      after: {"spec": {"online": true}}
 status_writes:
   description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
   returned: always

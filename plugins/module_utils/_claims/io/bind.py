@@ -22,7 +22,10 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import locked_by_another
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
+    BINDING_ANNOTATION,
+    locked_by_another,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
@@ -100,16 +103,21 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
     host = plan.host
     newly_bound = False
     if plan.action == "keep":
+        before = claim
         claim, result["changed"] = with_finalizer(kube, claim, check_mode)
+        if result["changed"]:
+            run.record("HostClaim", before, _locked(before))
         for extra in plan.extra_hosts:
-            _give_back(kube, extra, check_mode)
+            _give_back(run, extra)
             result["changed"] = True
     if plan.action == "bind":
+        before = claim
         claim = lock_for_binding(kube, claim, run.token, check_mode)
+        run.record("HostClaim", before, _locked(before, run.token))
         result["changed"] = True
         if plan.reason == binding.MISSING_HOST:
             run.event(claim, "Warning", binding.MISSING_HOST, plan.message)
-        host = _take_first_free(kube, claim, plan.candidates, hosts_by_key, check_mode)
+        host = _take_first_free(run, claim, plan.candidates, hosts_by_key)
         newly_bound = host is not None
     if host is not None:
         host_key = binding.key(host)
@@ -130,7 +138,7 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
         bound_to = result["host"]
         run.book.committing(
             claim,
-            give_back=lambda: _give_back(kube, host, check_mode),
+            give_back=lambda: _give_back(run, host),
             on_commit=lambda: run.event(claim, "Normal", "Bound", f"bound to BareMetalHost {bound_to}"),
         )
     elif host is None and previous.get("reason") != association[2]:
@@ -139,9 +147,24 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
     return result
 
 
-def _give_back(kube, host: dict, check_mode: bool) -> None:
+def _locked(claim: dict, token: str | None = None) -> dict:
+    """The claim as with_finalizer (or lock_for_binding, with a token) writes it: for the diff, in check mode too."""
+    locked = copy.deepcopy(claim)
+    finalizers = locked["metadata"].get("finalizers") or []
+    if binding.FINALIZER not in finalizers:
+        locked["metadata"]["finalizers"] = [*finalizers, binding.FINALIZER]
+    if token is not None:
+        locked["metadata"].setdefault("annotations", {})[BINDING_ANNOTATION] = token
+    return locked
+
+
+def _give_back(run, host: dict) -> None:
     """Clear a consumerRef we wrote, as long as the host still names the same claim."""
-    if check_mode:
+    kube = run.kube
+    if run.check_mode:
+        updated = copy.deepcopy(host)
+        updated["spec"].pop("consumerRef", None)
+        run.record("BareMetalHost", host, updated)
         return
     ref = binding.consumer(host)
     for _attempt in range(3):
@@ -149,6 +172,7 @@ def _give_back(kube, host: dict, check_mode: bool) -> None:
         updated["spec"].pop("consumerRef", None)
         try:
             kube.replace(updated)
+            run.record("BareMetalHost", host, updated)
             return
         except ConflictError:
             # Changed since (its provisioner wrote its status, say): read it again. If it names
@@ -158,15 +182,17 @@ def _give_back(kube, host: dict, check_mode: bool) -> None:
                 return
 
 
-def _take_first_free(kube, claim: dict, candidates: list[dict], hosts_by_key: dict, check_mode: bool) -> dict | None:
+def _take_first_free(run, claim: dict, candidates: list[dict], hosts_by_key: dict) -> dict | None:
+    kube = run.kube
     for candidate in candidates:
         current = hosts_by_key[binding.key(candidate)]
         if binding.why_not_free(current) is not None:  # bound earlier in this batch
             continue
         updated = copy.deepcopy(current)
         updated["spec"]["consumerRef"] = binding.claim_ref(claim)
-        if check_mode:
+        if run.check_mode:
             hosts_by_key[binding.key(candidate)] = updated
+            run.record("BareMetalHost", current, updated)
             return updated
         try:
             written = kube.replace(updated)
@@ -176,6 +202,7 @@ def _take_first_free(kube, claim: dict, candidates: list[dict], hosts_by_key: di
             hosts_by_key[binding.key(candidate)] = _changed_elsewhere(current)
             continue
         hosts_by_key[binding.key(candidate)] = written
+        run.record("BareMetalHost", current, updated)
         return written
     return None
 

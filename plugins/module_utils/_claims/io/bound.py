@@ -116,16 +116,18 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict,
         result["changed"] = True
         if not run.check_mode:
             run.kube.replace(new_host)
+        run.record("BareMetalHost", host, new_host)
     if SYNC in parts and (sync.claim_labels is not None or sync.claim_annotations is not None):
         # The one-shot reboot reached the host (take it off the claim), or copied host metadata changed.
         result["changed"] = True
+        updated = copy.deepcopy(claim)
+        if sync.claim_labels is not None:
+            updated["metadata"]["labels"] = sync.claim_labels
+        if sync.claim_annotations is not None:
+            updated["metadata"]["annotations"] = sync.claim_annotations
         if not run.check_mode:
-            updated = copy.deepcopy(claim)
-            if sync.claim_labels is not None:
-                updated["metadata"]["labels"] = sync.claim_labels
-            if sync.claim_annotations is not None:
-                updated["metadata"]["annotations"] = sync.claim_annotations
             run.book.wrote(run.kube.replace(updated))
+        run.record("HostClaim", claim, updated)
     if rules.problems:
         result["metadata_copy_problems"] = rules.problems
     return result
@@ -152,20 +154,27 @@ def _observe_copies(run, claim: dict, host: dict, copies: dict) -> tuple[dict, d
 def _write_copies(run, plan, host_ns: str, copies: dict, result: dict) -> None:
     if plan.create or plan.replace or plan.delete:
         result["changed"] = True
-    if run.check_mode:
-        return
     for secret in plan.create:
-        try:
-            written = run.kube.create(secret)
-        except AlreadyExistsError as error:
-            # Created since we looked (a concurrent run): read again and decide on what is there.
-            raise ConflictError(str(error)) from error
-        copies[binding.key(written)] = written
+        if not run.check_mode:
+            try:
+                written = run.kube.create(secret)
+            except AlreadyExistsError as error:
+                # Created since we looked (a concurrent run): read again and decide on what is there.
+                raise ConflictError(str(error)) from error
+            copies[binding.key(written)] = written
+        run.record("Secret", None, secret, secret=True)
     for secret in plan.replace:
-        copies[binding.key(secret)] = run.kube.replace(secret)
+        before = copies.get(binding.key(secret))
+        if not run.check_mode:
+            copies[binding.key(secret)] = run.kube.replace(secret)
+        run.record("Secret", before, secret, secret=True)
     for name in plan.delete:
-        run.kube.delete("v1", "Secret", name, host_ns)
-        copies.pop((host_ns, name), None)
+        before = copies.get((host_ns, name))
+        if not run.check_mode:
+            run.kube.delete("v1", "Secret", name, host_ns)
+            copies.pop((host_ns, name), None)
+        if before is not None:
+            run.record("Secret", before, None, secret=True)
 
 
 def _status(run, claim: dict, sync, copies_plan, parts, result: dict) -> tuple[list, dict]:

@@ -18,10 +18,11 @@ CLAIMS_ARG_SPEC = {
 
 
 def run_claim_step(step) -> None:
-    """Run step(ClaimRun) -> result dict as an Ansible module (statuses written once, at the end), and exit."""
+    """Run step(ClaimRun) -> result dict as an Ansible module (statuses written once, at the end; a `diff`
+    with --diff), and exit."""
 
     def claim_run(module, kube) -> dict:
-        run = ClaimRun(kube, module.params["claims"], now(), module.check_mode)
+        run = ClaimRun(kube, module.params["claims"], now(), module.check_mode, diff=module._diff)
         return run.finish(step(run))
 
     run_module(CLAIMS_ARG_SPEC, claim_run)

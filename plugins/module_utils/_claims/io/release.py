@@ -113,10 +113,11 @@ def _release(run, claim: dict, own: list[dict]) -> dict:
     result["changed"] = True
     if result["host"]:
         run.event(claim, "Normal", "Released", f"BareMetalHost {result['host']} released")
+    updated = copy.deepcopy(claim)
+    updated["metadata"]["finalizers"] = [f for f in claim["metadata"]["finalizers"] if f != binding.FINALIZER]
     if not run.check_mode:
-        updated = copy.deepcopy(claim)
-        updated["metadata"]["finalizers"] = [f for f in claim["metadata"]["finalizers"] if f != binding.FINALIZER]
         run.kube.replace(updated)
+    run.record("HostClaim", claim, updated)
     return result
 
 
@@ -128,15 +129,19 @@ def _give_back_clean(run, host: dict, claim: dict | None) -> dict:
     scrubbed = scrubbed_spec(host)
     if scrubbed != host:
         result["changed"] = True
+        before = host
         if not check_mode:
             host = kube.replace(scrubbed)
+        run.record("BareMetalHost", before, scrubbed)
     # Our copies only (labelled as ours), never a Secret of a copy's name that we did not make.
     copies = kube.list("v1", "Secret", host_ns, label_selector=COPY_OF_LABEL)
-    for name in sorted(binding.key(s)[1] for s in copies):
+    for secret in sorted(copies, key=binding.key):
+        name = binding.key(secret)[1]
         if name in {copied_secret_name(host_name, role) for role in DATA_ROLES}:
             result["changed"] = True
             if not check_mode:
                 kube.delete("v1", "Secret", name, host_ns)
+            run.record("Secret", secret, None, secret=True)
     state = ((host.get("status") or {}).get("provisioning") or {}).get("state", "")
     if state not in FREE_STATES:
         result["state"] = "waiting"
@@ -152,4 +157,5 @@ def _give_back_clean(run, host: dict, claim: dict | None) -> dict:
     result["state"] = "released"
     if not check_mode:
         kube.replace(released)
+    run.record("BareMetalHost", host, released)
     return result

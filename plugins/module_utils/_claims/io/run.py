@@ -4,7 +4,8 @@
 
 A run is one module invocation: a single step, or release -> bind -> secrets -> sync in
 hostclaim_reconcile. Steps read through run.kube, note statuses in run.book, and finish()
-writes each claim's status once.
+writes each claim's status once. Asked for a diff (`--diff`), steps record() each change they
+make (or would make, in check mode) from the objects they hold: a diff costs no API call.
 """
 
 from __future__ import annotations
@@ -14,8 +15,14 @@ import uuid
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import status_patch
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.diff import (
+    changed_fields,
+    entry,
+    redacted_secret,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 
 
@@ -71,14 +78,36 @@ class Snapshot:
         return copy.deepcopy(written)
 
 
+class _DiffedBook(StatusBook):
+    """The run's StatusBook when a diff is asked: each status write it makes (or would make) is recorded.
+
+    Writes exactly as StatusBook does; it only looks at the claim before and at what was written.
+    """
+
+    def __init__(self, run: ClaimRun, kube, timestamp: str, check_mode: bool):
+        super().__init__(kube, timestamp, check_mode)
+        self._run = run
+
+    def _write(self, key: tuple[str, str], entry):
+        before = copy.deepcopy(entry.claim)
+        desired = self.desired(key)
+        outcome = super()._write(key, entry)
+        if outcome is True:
+            self._run.record_status(before, desired)
+        return outcome
+
+
 class ClaimRun:
-    def __init__(self, kube, wanted: list[dict] | None, timestamp: str, check_mode: bool):
+    def __init__(self, kube, wanted: list[dict] | None, timestamp: str, check_mode: bool, diff: bool = False):
         self.kube = Snapshot(kube)
         self.api = kube  # the client itself: its request counts
         self.wanted = wanted
         self.timestamp = timestamp
         self.check_mode = check_mode
-        self.book = StatusBook(self.kube, timestamp, check_mode)
+        # Ansible diff entries (see record()), or None when the module was not asked for a diff.
+        self.diff: list[dict] | None = [] if diff else None
+        book = _DiffedBook(self, self.kube, timestamp, check_mode) if diff else None
+        self.book = book or StatusBook(self.kube, timestamp, check_mode)
         # Compared exactly, never by time: see _claims/pure/status.py locked_by_another.
         self.token = uuid.uuid4().hex
         self.first_seen: dict[tuple[str, str], dict] = {}  # claims as this run first listed them
@@ -104,15 +133,49 @@ class ClaimRun:
     def event(self, obj: dict, event_type: str, reason: str, message: str) -> None:
         events.record(self.kube, obj, event_type, reason, message, self.timestamp, self.check_mode)
 
+    def record(self, kind: str, before: dict | None, after: dict | None, secret: bool = False) -> None:
+        """For the diff: an object as it was (None: created) and as it is written (None: deleted).
+
+        Call it once the write succeeded, or where check mode skips it. Only the changed fields are
+        shown; a Secret's values never are (secret=True).
+        """
+        if self.diff is None:
+            return
+        old, new = changed_fields(before, after)
+        if not old and not new:
+            return
+        if secret:
+            old, new = redacted_secret(old), redacted_secret(new)
+        metadata = (after or before)["metadata"]
+        self.diff.append(entry(kind, metadata.get("namespace"), metadata["name"], old, new))
+
+    def record_status(self, claim: dict, desired: dict) -> None:
+        """For the diff: the fields of a claim's status its write changes (conditions by type; not lastUpdated)."""
+        patch = status_patch(claim, desired) or {}
+        current = claim.get("status") or {}
+        old = {name: _by_type(current[name]) for name in patch if current.get(name) is not None}
+        new = {name: _by_type(value) for name, value in patch.items() if value is not None}
+        metadata = claim["metadata"]
+        self.record("HostClaim", {"metadata": metadata, "status": old}, {"metadata": metadata, "status": new})
+
     def finish(self, result: dict) -> dict:
-        """Write the statuses; the module result with `changed` covering them and the run's API cost."""
+        """Write the statuses; the module result with `changed` covering them, the run's API cost, its diff."""
         self.book.flush()
         result["changed"] = bool(result.get("changed")) or self.book.writes > 0
         result["status_writes"] = self.book.writes
+        if self.diff is not None:
+            result["diff"] = self.diff
         calls = getattr(self.api, "calls", None)
         if calls is not None:
             result["api_calls"] = dict(sorted(calls.items()))
         return result
+
+
+def _by_type(value):
+    """Conditions keyed by type, so a diff shows only those that changed; any other value as it is."""
+    if isinstance(value, list) and all(isinstance(c, dict) and "type" in c for c in value):
+        return {c["type"]: c for c in value}
+    return value
 
 
 def select_claims(claims: list[dict], wanted: list[dict] | None) -> list[dict]:
