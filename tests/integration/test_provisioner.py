@@ -102,9 +102,9 @@ class Site:
     def state(self, name: str) -> str:
         return ((self.read(name).get("status") or {}).get("provisioning") or {}).get("state", "")
 
-    def provision(self, wait: float = 0, **options) -> dict:
+    def provision(self, wait: float = 0, diff: bool = False, check_mode: bool = False, **options) -> dict:
         args = {"namespaces": [self.namespace], "wait": wait, **FAST, **options}
-        (result,) = self.run([{"metalclaim.hostclaim.bmh_redfish": args}])
+        (result,) = self.run([{"metalclaim.hostclaim.bmh_redfish": args, "diff": diff, "check_mode": check_mode}])
         return result
 
     def reconcile_and_provision(self, wait: float = 20, **options) -> list[dict]:
@@ -652,3 +652,52 @@ def test_the_same_provisioner_event_twice_is_one_event_counted_twice(site):
     assert "event_error" not in results[1]["hosts"][0], results[1]
     assert error["count"] == 2
     assert error["lastTimestamp"] > error["firstTimestamp"]
+
+
+# -- --diff -------------------------------------------------------------------------------------
+
+
+def test_diff_shows_each_hosts_state_change_no_credential_and_costs_no_request(site):
+    site.host("h0", 0)
+    site.host("h1", 1)
+    h0, h1 = ([{"namespace": site.namespace, "name": name}] for name in ("h0", "h1"))
+
+    would = site.provision(diff=True, check_mode=True)
+    assert sum(would["api_calls"][verb] for verb in WRITES) == 0 and site.state("h0") == ""
+    assert [(e["before_header"], e["after"]["status"]["provisioning"]["state"]) for e in would["diff"]] == [
+        (f"BareMetalHost {site.namespace}/h0", "registering"),
+        (f"BareMetalHost {site.namespace}/h1", "registering"),
+    ]
+
+    plain = site.provision(wait=60, hosts=h0)  # the same steps without a diff, on a twin host
+    shown = site.provision(wait=60, hosts=h1, diff=True)
+    assert "diff" not in plain
+    assert shown["states"] == plain["states"] == {"available": 1}
+    assert shown["api_calls"] == plain["api_calls"], (plain["api_calls"], shown["api_calls"])
+    host, hardware = shown["diff"]
+    assert host["before_header"] == host["after_header"] == f"BareMetalHost {site.namespace}/h1"
+    assert host["before"] == {"metadata": {"finalizers": []}, "status": {}}
+    after = host["after"]
+    assert after["metadata"]["finalizers"] == ["metalclaim.io/provisioner"]
+    assert after["status"]["provisioning"]["state"] == "available"
+    assert (after["status"]["operationalStatus"], after["status"]["poweredOn"]) == ("OK", False)
+    assert after["status"]["goodCredentials"]["credentials"]["name"] == "h1-bmc-secret"
+    assert "lastUpdated" not in after["status"]
+    assert hardware["before_header"] == f"HardwareData {site.namespace}/h1" and hardware["before"] == {}
+    assert [nic["mac"] for nic in hardware["after"]["spec"]["hardware"]["nics"]] == [site.systems[1]["boot_mac"]]
+
+    # Settled: nothing written, an empty diff, and asking for it costs nothing.
+    settled = site.provision(diff=True)
+    assert settled["diff"] == [] and not settled["changed"]
+    assert settled["api_calls"] == site.provision()["api_calls"]
+
+    # A new Secret version with a wrong password: the error shows, the password does not.
+    site.set_password("h0", "not-the-password")
+    failed = site.provision(hosts=h0, diff=True)
+    (entry,) = failed["diff"]
+    assert entry["before"]["status"]["operationalStatus"] == "OK"
+    assert entry["after"]["status"]["operationalStatus"] == "error"
+    assert entry["after"]["status"]["errorType"] == "registration error"
+    assert_no_password(site, "not-the-password")
+    for result in site.results:
+        assert "not-the-password" not in json.dumps(result)
