@@ -23,8 +23,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
-    BINDING_ANNOTATION,
     locked_by_another,
+    locked_claim,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
@@ -106,14 +106,14 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
         before = claim
         claim, result["changed"] = with_finalizer(kube, claim, check_mode)
         if result["changed"]:
-            run.record("HostClaim", before, _locked(before))
+            run.record("HostClaim", before, locked_claim(before))
         for extra in plan.extra_hosts:
             _give_back(run, extra)
             result["changed"] = True
     if plan.action == "bind":
         before = claim
         claim = lock_for_binding(kube, claim, run.token, check_mode)
-        run.record("HostClaim", before, _locked(before, run.token))
+        run.record("HostClaim", before, locked_claim(before, run.token))
         result["changed"] = True
         if plan.reason == binding.MISSING_HOST:
             run.event(claim, "Warning", binding.MISSING_HOST, plan.message)
@@ -145,17 +145,6 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
         # One Event per change of outcome, not one per reconcile.
         run.event(claim, "Warning", association[2], association[3])
     return result
-
-
-def _locked(claim: dict, token: str | None = None) -> dict:
-    """The claim as with_finalizer (or lock_for_binding, with a token) writes it: for the diff, in check mode too."""
-    locked = copy.deepcopy(claim)
-    finalizers = locked["metadata"].get("finalizers") or []
-    if binding.FINALIZER not in finalizers:
-        locked["metadata"]["finalizers"] = [*finalizers, binding.FINALIZER]
-    if token is not None:
-        locked["metadata"].setdefault("annotations", {})[BINDING_ANNOTATION] = token
-    return locked
 
 
 def _give_back(run, host: dict) -> None:

@@ -78,25 +78,6 @@ class Snapshot:
         return copy.deepcopy(written)
 
 
-class _DiffedBook(StatusBook):
-    """The run's StatusBook when a diff is asked: each status write it makes (or would make) is recorded.
-
-    Writes exactly as StatusBook does; it only looks at the claim before and at what was written.
-    """
-
-    def __init__(self, run: ClaimRun, kube, timestamp: str, check_mode: bool):
-        super().__init__(kube, timestamp, check_mode)
-        self._run = run
-
-    def _write(self, key: tuple[str, str], entry):
-        before = copy.deepcopy(entry.claim)
-        desired = self.desired(key)
-        outcome = super()._write(key, entry)
-        if outcome is True:
-            self._run.record_status(before, desired)
-        return outcome
-
-
 class ClaimRun:
     def __init__(self, kube, wanted: list[dict] | None, timestamp: str, check_mode: bool, diff: bool = False):
         self.kube = Snapshot(kube)
@@ -106,8 +87,7 @@ class ClaimRun:
         self.check_mode = check_mode
         # Ansible diff entries (see record()), or None when the module was not asked for a diff.
         self.diff: list[dict] | None = [] if diff else None
-        book = _DiffedBook(self, self.kube, timestamp, check_mode) if diff else None
-        self.book = book or StatusBook(self.kube, timestamp, check_mode)
+        self.book = StatusBook(self.kube, timestamp, check_mode, on_write=self.record_status if diff else None)
         # Compared exactly, never by time: see _claims/pure/status.py locked_by_another.
         self.token = uuid.uuid4().hex
         self.first_seen: dict[tuple[str, str], dict] = {}  # claims as this run first listed them

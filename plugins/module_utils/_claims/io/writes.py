@@ -10,14 +10,13 @@ update per run and no transient Ready.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
-    BINDING_ANNOTATION,
     binding_token,
     desired_status,
+    locked_claim,
     status_patch,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
@@ -40,10 +39,12 @@ class _Entry:
 class StatusBook:
     """Each claim's status for one run: noted by the steps, written once by flush()."""
 
-    def __init__(self, kube, timestamp: str, check_mode: bool):
+    def __init__(self, kube, timestamp: str, check_mode: bool, on_write=None):
         self._kube = kube
         self._timestamp = timestamp
         self._check_mode = check_mode
+        # on_write(claim before, desired status): told of each status write made (or, in check mode, due).
+        self._on_write = on_write
         self._entries: dict[tuple[str, str], _Entry] = {}
         self.writes = 0  # status writes this run made (or would make, in check mode)
 
@@ -96,8 +97,11 @@ class StatusBook:
             if entry.written:
                 continue
             entry.written = True
+            before, desired = entry.claim, self.desired(key)
             outcome[key] = self._write(key, entry)
             self.writes += outcome[key] is True
+            if outcome[key] is True and self._on_write:
+                self._on_write(before, desired)
             if outcome[key] != "conflict":
                 for then in entry.on_commit:
                     then()
@@ -165,13 +169,7 @@ def lock_for_binding(kube, claim: dict, token: str, check_mode: bool) -> dict:
     """
     if check_mode:
         return claim
-    updated = copy.deepcopy(claim)
-    meta = updated["metadata"]
-    finalizers = meta.get("finalizers") or []
-    if binding.FINALIZER not in finalizers:
-        meta["finalizers"] = [*finalizers, binding.FINALIZER]
-    meta.setdefault("annotations", {})[BINDING_ANNOTATION] = token
-    return kube.replace(updated)
+    return kube.replace(locked_claim(claim, token))
 
 
 def with_finalizer(kube, claim: dict, check_mode: bool) -> tuple[dict, bool]:
@@ -181,6 +179,4 @@ def with_finalizer(kube, claim: dict, check_mode: bool) -> tuple[dict, bool]:
         return claim, False
     if check_mode:
         return claim, True
-    updated = copy.deepcopy(claim)
-    updated["metadata"]["finalizers"] = [*finalizers, binding.FINALIZER]
-    return kube.replace(updated), True
+    return kube.replace(locked_claim(claim)), True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 
 
@@ -44,6 +45,18 @@ def status_patch(claim: dict, desired: dict) -> dict | None:
 
 
 BINDING_ANNOTATION = "metalclaim.io/binding-attempt"
+
+
+def locked_claim(claim: dict, token: str | None = None) -> dict:
+    """The claim carrying our finalizer and, given a token, this run's binding lock."""
+    locked = copy.deepcopy(claim)
+    meta = locked["metadata"]
+    finalizers = meta.get("finalizers") or []
+    if binding.FINALIZER not in finalizers:
+        meta["finalizers"] = [*finalizers, binding.FINALIZER]
+    if token is not None:
+        meta.setdefault("annotations", {})[BINDING_ANNOTATION] = token
+    return locked
 
 
 def binding_token(claim: dict | None) -> str | None:
