@@ -1,0 +1,48 @@
+"""Where the metalclaim.hostclaim collection is, and its names the controller shares.
+
+The controller only runs the collection's playbooks, so it never works without the collection:
+it finds it where ansible-playbook will (ANSIBLE_COLLECTIONS_PATH, then Ansible's defaults) and
+imports its pure constants from there instead of keeping copies.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .. import REPO_ROOT
+
+DEFAULT_PATHS = (Path("~/.ansible/collections").expanduser(), Path("/usr/share/ansible/collections"))
+SUBDIR = Path("ansible_collections") / "metalclaim" / "hostclaim"
+
+
+def collections_path() -> str:
+    """The collections path the controller and its runs use (the checkout's .collections in development)."""
+    configured = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.environ.get("ANSIBLE_COLLECTIONS_PATHS")
+    if configured:
+        return configured
+    development = REPO_ROOT / ".collections"
+    candidates = [development, *DEFAULT_PATHS]
+    return os.pathsep.join(str(path) for path in candidates if (path / SUBDIR).is_dir()) or str(DEFAULT_PATHS[0])
+
+
+def collection_dir(path: str | None = None) -> Path:
+    for entry in (path or collections_path()).split(os.pathsep):
+        candidate = Path(entry).expanduser() / SUBDIR
+        if (candidate / "playbooks").is_dir():
+            return candidate
+    raise FileNotFoundError(
+        f"metalclaim.hostclaim is not installed in the collections path {path or collections_path()}"
+    )
+
+
+def playbook(name: str, path: str | None = None) -> str:
+    return str(collection_dir(path) / "playbooks" / f"{name}.yml")
+
+
+def import_path(path: str | None = None) -> None:
+    """Make `ansible_collections.metalclaim.hostclaim` importable (its pure module_utils)."""
+    root = str(collection_dir(path).parents[2])
+    if root not in sys.path:
+        sys.path.append(root)

@@ -1,0 +1,173 @@
+"""Event -> keys: which claims and hosts an API change concerns. Pure: no I/O, no clock.
+
+Each side compares only the fields it reads (its fingerprint of an object), never
+resourceVersions, and leaves out the fields it writes itself: a claim's status, finalizers and
+the claim layer's annotations; a host's status and the provisioner's annotations for the
+provisioner side. So the controller's own writes never cause a run, while a tenant's spec
+edit, a provisioner's state change or an infra team's label always does.
+
+Keys are ("claim", namespace, name) for reconcile.yml and ("host", namespace, name) for
+provision.yml.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
+    DATA_ROLES,
+    DETACHED_ANNOTATION,
+    FREE_STATES,
+    PAUSED_ANNOTATION,
+    REBOOT_ANNOTATION,
+)
+
+CLAIM = "claim"
+HOST = "host"
+INSPECT_ANNOTATION = "inspect.metal3.io"
+PROVISIONER_ANNOTATION = "metalclaim.io/provisioner"  # who provisions a host (ours, or Metal3's BMO)
+# Host annotations the provisioner acts on (the ones it writes itself are left out).
+_HOST_REQUESTS = (PAUSED_ANNOTATION, DETACHED_ANNOTATION, INSPECT_ANNOTATION, PROVISIONER_ANNOTATION)
+
+
+def key_of(kind: str, obj: dict) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return (kind, meta.get("namespace", ""), meta["name"])
+
+
+def _meta(obj: dict | None) -> dict:
+    return (obj or {}).get("metadata") or {}
+
+
+def _reboots(annotations: dict | None) -> tuple:
+    return tuple(
+        sorted(
+            (k, v)
+            for k, v in (annotations or {}).items()
+            if k == REBOOT_ANNOTATION or k.startswith(REBOOT_ANNOTATION + "/")
+        )
+    )
+
+
+def claim_fingerprint(claim: dict | None):
+    """What the claim layer reads of a claim and does not write itself."""
+    if claim is None:
+        return None
+    meta = _meta(claim)
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        bool(meta.get("deletionTimestamp")),
+        _reboots(meta.get("annotations")),
+    )
+
+
+def host_fingerprint_for_claims(host: dict | None):
+    """What the claim layer reads of a host and does not write itself (it writes spec and consumerRef)."""
+    if host is None:
+        return None
+    meta, status = _meta(host), host.get("status") or {}
+    provisioning = status.get("provisioning") or {}
+    return (
+        meta.get("uid"),
+        bool(meta.get("deletionTimestamp")),
+        tuple(sorted((meta.get("labels") or {}).items())),
+        provisioning.get("state"),
+        status.get("poweredOn"),
+        status.get("operationalStatus"),
+        status.get("errorType"),
+        status.get("errorMessage"),
+    )
+
+
+def host_fingerprint_for_provisioner(host: dict | None):
+    """What the provisioner reads of a host and does not write itself (it writes status and its annotations)."""
+    if host is None:
+        return None
+    meta = _meta(host)
+    annotations = meta.get("annotations") or {}
+    requests = tuple(sorted((k, v) for k, v in annotations.items() if k in _HOST_REQUESTS))
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        bool(meta.get("deletionTimestamp")),
+        requests,
+        _reboots(annotations),
+    )
+
+
+def consumer_key(host: dict | None) -> tuple[str, str, str] | None:
+    ref = ((host or {}).get("spec") or {}).get("consumerRef") or {}
+    if ref.get("kind") != "HostClaim" or not ref.get("name"):
+        return None
+    return (CLAIM, ref.get("namespace") or _meta(host).get("namespace", ""), ref["name"])
+
+
+def is_free(host: dict | None) -> bool:
+    if host is None or _meta(host).get("deletionTimestamp"):
+        return False
+    state = ((host.get("status") or {}).get("provisioning") or {}).get("state", "")
+    return consumer_key(host) is None and state in FREE_STATES
+
+
+def is_bound(claim: dict) -> bool:
+    return bool((claim.get("status") or {}).get("hardwareData"))
+
+
+def secret_refs(claim: dict) -> list[tuple[str, str]]:
+    """(namespace, name) of each data Secret a claim references (the claim layer refuses cross-namespace ones)."""
+    namespace = _meta(claim).get("namespace", "")
+    spec = claim.get("spec") or {}
+    return [
+        ((spec[role] or {}).get("namespace") or namespace, spec[role]["name"])
+        for role in DATA_ROLES
+        if isinstance(spec.get(role), dict) and spec[role].get("name")
+    ]
+
+
+@dataclass
+class Keys:
+    """The keys one event concerns; `dropped` says it changed nothing a side reads (a self-caused event, often)."""
+
+    keys: list = field(default_factory=list)
+    dropped: bool = False
+
+
+def claim_changed(old: dict | None, new: dict | None) -> Keys:
+    if claim_fingerprint(old) == claim_fingerprint(new):
+        return Keys(dropped=True)
+    return Keys([key_of(CLAIM, new or old)])
+
+
+def host_changed(old: dict | None, new: dict | None, unbound_claims: list[dict]) -> Keys:
+    """A host event: its own key for the provisioner, its consumer claims, and waiting claims when it became free."""
+    keys = []
+    if host_fingerprint_for_provisioner(old) != host_fingerprint_for_provisioner(new):
+        keys.append(key_of(HOST, new or old))
+    if host_fingerprint_for_claims(old) != host_fingerprint_for_claims(new):
+        keys += [k for k in {consumer_key(old), consumer_key(new)} if k is not None]
+    if is_free(new) and not is_free(old):
+        # Which waiting claims its namespace's policies admit is the claim layer's call, in the run.
+        keys += [key_of(CLAIM, claim) for claim in unbound_claims]
+    return Keys(sorted(set(keys)), dropped=not keys)
+
+
+def policy_changed(old: dict | None, new: dict | None, claims: list[dict]) -> Keys:
+    """A policy's spec may admit waiting claims or refuse bound ones, anywhere: every claim is concerned."""
+    if (old or {}).get("spec") == (new or {}).get("spec") and bool(old) == bool(new):
+        return Keys(dropped=True)
+    return Keys(sorted(key_of(CLAIM, claim) for claim in claims))
+
+
+def namespace_changed(old: dict | None, new: dict | None, claims_in_namespace: list[dict]) -> Keys:
+    """Namespace labels feed policies: the namespace's claims are concerned when they change."""
+    if _meta(old).get("labels") == _meta(new).get("labels") and bool(old) == bool(new):
+        return Keys(dropped=True)
+    return Keys(sorted(key_of(CLAIM, claim) for claim in claims_in_namespace))
+
+
+def secret_changed(old: dict | None, new: dict | None, referencing_claims: list[dict]) -> Keys:
+    """A tenant Secret, known by its metadata only: a new resourceVersion is a new content (we never write them)."""
+    if _meta(old).get("resourceVersion") == _meta(new).get("resourceVersion"):
+        return Keys(dropped=True)
+    return Keys(sorted(key_of(CLAIM, claim) for claim in referencing_claims))

@@ -1,0 +1,66 @@
+"""Per-key outcomes of a playbook run, from the module results in its events. Pure.
+
+DONE: forget the key (reset its backoff). RETRY: temporary (a conflict with another writer,
+a failed run): back off and try again. REQUEUE: due again after `delay` seconds (a host's
+next provisioning step). WAIT: nothing to do until something changes (no free host, a
+missing Secret, an invalid spec): an event brings the key back, never a timer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .mapper import CLAIM, HOST
+
+DONE, RETRY, REQUEUE, WAIT = "done", "retry", "requeue", "wait"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: str
+    delay: float = 0.0
+    reason: str = ""
+
+
+def failed_run(keys, reason: str) -> dict:
+    """Every key of a run that failed as a whole (a task failed, the run was cancelled or timed out) backs off."""
+    return {key: Outcome(RETRY, reason=reason) for key in keys}
+
+
+def claim_outcomes(keys, reconcile: dict) -> dict:
+    """Outcomes of the claim keys of a reconcile.yml run, from hostclaim_reconcile's result."""
+    outcomes = {key: Outcome(DONE) for key in keys}
+
+    def note(namespace: str, name: str, outcome: Outcome) -> None:
+        key = (CLAIM, namespace, name)
+        if key in outcomes and outcomes[key].result != RETRY:  # the most urgent wins
+            outcomes[key] = outcome
+
+    for entry in (reconcile.get("release") or {}).get("claims") or []:
+        if entry.get("state") == "conflict":
+            note(entry["namespace"], entry["name"], Outcome(RETRY, reason="conflict"))
+        elif entry.get("state") == "waiting":
+            # Its host is being deprovisioned: the host's state change brings the claim back.
+            note(entry["namespace"], entry["name"], Outcome(WAIT, reason="release waiting for the host"))
+    for entry in (reconcile.get("bind") or {}).get("claims") or []:
+        if entry.get("action") == "conflict":
+            note(entry["namespace"], entry["name"], Outcome(RETRY, reason="conflict"))
+        elif entry.get("host") is None and entry.get("action") in ("refuse", "skip"):
+            note(entry["namespace"], entry["name"], Outcome(WAIT, reason=entry.get("reason") or "unbound"))
+    for entry in (reconcile.get("bound") or {}).get("claims") or []:
+        if "conflict" in (entry.get("action"), entry.get("state")):
+            note(entry["namespace"], entry["name"], Outcome(RETRY, reason="conflict"))
+    return outcomes
+
+
+def host_outcomes(keys, provision: dict) -> dict:
+    """Outcomes of the host keys of a provision.yml run, from bmh_redfish's result: each host due again when it says."""
+    outcomes = {key: Outcome(DONE) for key in keys}
+    for entry in provision.get("hosts") or []:
+        key = (HOST, entry["namespace"], entry["name"])
+        if key not in outcomes:
+            continue
+        delay = entry.get("requeue_after")
+        if delay is not None:
+            outcomes[key] = Outcome(REQUEUE, delay=max(0.0, float(delay)), reason=entry.get("state") or "")
+    return outcomes

@@ -1,0 +1,42 @@
+"""Per-key outcomes from module results."""
+
+from __future__ import annotations
+
+from metalclaim.controller import outcomes
+from metalclaim.controller.outcomes import DONE, REQUEUE, RETRY, WAIT
+
+C1, C2, C3, C4 = (("claim", "t", f"c{i}") for i in range(1, 5))
+
+
+def test_claim_outcomes_from_a_reconcile_result():
+    result = {
+        "release": {"claims": [{"namespace": "t", "name": "c1", "state": "waiting"}]},
+        "bind": {
+            "claims": [
+                {"namespace": "t", "name": "c2", "action": "conflict", "host": None},
+                {"namespace": "t", "name": "c3", "action": "refuse", "host": None, "reason": "NoBareMetalHost"},
+                {"namespace": "other", "name": "x", "action": "bind", "host": "i/h"},  # not in this batch
+            ]
+        },
+        "bound": {"claims": []},
+    }
+    found = outcomes.claim_outcomes([C1, C2, C3, C4], result)
+    assert {k: v.result for k, v in found.items()} == {C1: WAIT, C2: RETRY, C3: WAIT, C4: DONE}
+    assert found[C3].reason == "NoBareMetalHost"
+
+
+def test_host_outcomes_requeue_when_the_host_says():
+    h1, h2 = ("host", "i", "h1"), ("host", "i", "h2")
+    result = {
+        "hosts": [
+            {"namespace": "i", "name": "h1", "state": "provisioning", "requeue_after": 2.5},
+            {"namespace": "i", "name": "h2", "state": "available", "requeue_after": None},
+        ]
+    }
+    found = outcomes.host_outcomes([h1, h2], result)
+    assert (found[h1].result, found[h1].delay) == (REQUEUE, 2.5)
+    assert found[h2].result == DONE
+
+
+def test_a_failed_run_backs_every_key_off():
+    assert {o.result for o in outcomes.failed_run([C1, C2], "failed").values()} == {RETRY}
