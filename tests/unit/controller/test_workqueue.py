@@ -1,0 +1,489 @@
+"""Unit tests of metalclaim.controller.workqueue: client-go semantics, priorities, delays, backoff, batch cutting."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from metalclaim.controller.workqueue import LIVE, RESYNC, WorkQueue
+
+# get_batch settings that never wait: with a fake clock, a batch is cut as soon as it is collected.
+NOW = {"quiet": 0, "max_wait": 0, "timeout": 0}
+
+
+class FakeClock:
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def claim(name: str) -> tuple[str, str, str]:
+    return ("claim", "tenant-a", name)
+
+
+def host(name: str) -> tuple[str, str, str]:
+    return ("host", "infra", name)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def queue(clock: FakeClock) -> WorkQueue:
+    return WorkQueue(clock=clock, rng=lambda: 0.0)
+
+
+# ----------------------------------------------------------------------------- client-go semantics
+
+
+def test_dedup_hundred_adds_one_key(clock: FakeClock) -> None:
+    adds = []
+    q = WorkQueue(clock=clock, on_add=adds.append)
+    for _ in range(100):
+        q.add(claim("c1"))
+    assert len(q) == 1
+    assert adds == [claim("c1")]
+    assert q.get_batch(**NOW) == [claim("c1")]
+    assert len(q) == 0
+    assert q.get_batch(**NOW) == []
+
+
+def test_key_never_in_two_batches_at_once(queue: WorkQueue) -> None:
+    queue.add(claim("c1"))
+    assert queue.get_batch(**NOW) == [claim("c1")]
+    assert queue.processing() == {claim("c1")}
+    queue.add(claim("c1"))  # while processing: dirty, not queued
+    assert len(queue) == 0
+    assert queue.get_batch(**NOW) == []
+    queue.done([claim("c1")])
+    assert queue.processing() == set()
+    assert queue.get_batch(**NOW) == [claim("c1")]
+
+
+def test_add_during_processing_gives_exactly_one_more_pass(queue: WorkQueue) -> None:
+    queue.add(claim("c1"))
+    batch = queue.get_batch(**NOW)
+    for _ in range(5):
+        queue.add(claim("c1"))
+    queue.done(batch)
+    assert len(queue) == 1
+    batch = queue.get_batch(**NOW)
+    assert batch == [claim("c1")]
+    queue.done(batch)
+    assert len(queue) == 0
+    assert queue.get_batch(**NOW) == []
+
+
+def test_done_without_add_does_not_requeue_and_ignores_unknown_keys(queue: WorkQueue) -> None:
+    queue.add(claim("c1"))
+    queue.done(queue.get_batch(**NOW))
+    queue.done([claim("never-taken")])
+    assert len(queue) == 0
+    assert queue.processing() == set()
+
+
+# ----------------------------------------------------------------------------- priorities
+
+
+def test_live_key_taken_before_resync_keys_queued_earlier(queue: WorkQueue, clock: FakeClock) -> None:
+    for i in range(3):
+        queue.add(host(f"h{i}"), RESYNC)
+        clock.advance(1)
+    queue.add(claim("new"), LIVE)
+    assert queue.get_batch(**NOW) == [claim("new")]
+    assert queue.get_batch(**NOW) == [host("h0"), host("h1"), host("h2")]
+
+
+def test_higher_priority_add_upgrades_a_queued_key(queue: WorkQueue, clock: FakeClock) -> None:
+    queue.add(host("h0"), RESYNC)
+    clock.advance(1)
+    queue.add(claim("c1"), RESYNC)
+    clock.advance(1)
+    queue.add(claim("c1"), LIVE)
+    queue.add(host("h0"), RESYNC)  # same priority again: no change
+    assert queue.get_batch(**NOW) == [claim("c1")]
+    assert queue.get_batch(**NOW) == [host("h0")]
+
+
+def test_resync_of_1000_keys_delays_a_live_key_by_at_most_one_batch(queue: WorkQueue, clock: FakeClock) -> None:
+    for i in range(1000):
+        queue.add(claim(f"c{i}"), RESYNC)
+    first = queue.get_batch(max_size=100, **NOW)
+    assert len(first) == 100
+    queue.add(host("new"), LIVE)  # another group: waits only for the batch in flight
+    assert queue.get_batch(max_size=100, **NOW) == [host("new")]
+    clock.advance(1)
+    queue.add(claim("new"), LIVE)
+    second = queue.get_batch(max_size=100, **NOW)
+    assert second[0] == claim("new")  # best first, then resync keys of its group fill the batch
+    assert len(second) == 100
+    assert not set(first) & set(second)
+
+
+def test_live_key_joins_the_resync_batch_being_collected() -> None:
+    q = WorkQueue()
+    for i in range(1000):
+        q.add(claim(f"c{i}"), RESYNC)
+
+    def late_add() -> None:
+        time.sleep(0.01)
+        q.add(claim("new"), LIVE)
+
+    t = threading.Thread(target=late_add)
+    t.start()
+    batch = q.get_batch(max_size=2000, quiet=0.05, max_wait=0.2, timeout=1)
+    t.join()
+    assert len(batch) == 1001
+    assert claim("new") in batch
+
+
+# ----------------------------------------------------------------------------- delays
+
+
+def test_add_after_becomes_ready_at_now_plus_delay(queue: WorkQueue, clock: FakeClock) -> None:
+    queue.add_after(claim("c1"), 5.0)
+    assert len(queue) == 1
+    clock.advance(4.9)
+    assert queue.get_batch(**NOW) == []
+    clock.advance(0.1)
+    assert queue.get_batch(**NOW) == [claim("c1")]
+
+
+def test_add_after_twice_earliest_wins(queue: WorkQueue, clock: FakeClock) -> None:
+    queue.add_after(claim("c1"), 10.0)
+    queue.add_after(claim("c1"), 2.0)
+    queue.add_after(claim("c1"), 7.0)
+    clock.advance(2.0)
+    assert queue.get_batch(**NOW) == [claim("c1")]
+    queue.done([claim("c1")])
+    clock.advance(100)
+    assert queue.get_batch(**NOW) == []
+
+
+def test_plain_add_overrides_a_delay(queue: WorkQueue) -> None:
+    queue.add_after(claim("c1"), 30.0)
+    queue.add(claim("c1"))
+    assert queue.get_batch(**NOW) == [claim("c1")]
+
+
+def test_add_after_during_processing_requeues_after_the_delay(queue: WorkQueue, clock: FakeClock) -> None:
+    queue.add(claim("c1"))
+    batch = queue.get_batch(**NOW)
+    queue.add_after(claim("c1"), 5.0)
+    clock.advance(1)
+    queue.done(batch)
+    assert len(queue) == 1
+    assert queue.get_batch(**NOW) == []
+    clock.advance(4)
+    assert queue.get_batch(**NOW) == [claim("c1")]
+
+
+def test_delayed_key_wakes_a_blocked_get_batch_without_busy_waiting() -> None:
+    calls = 0
+
+    def counting_clock() -> float:
+        nonlocal calls
+        calls += 1
+        return time.monotonic()
+
+    q = WorkQueue(clock=counting_clock)
+    q.add_after(claim("c1"), 0.1)
+    start = time.monotonic()
+    batch = q.get_batch(quiet=0, max_wait=0, timeout=2)
+    elapsed = time.monotonic() - start
+    assert batch == [claim("c1")]
+    assert 0.09 <= elapsed < 1.0
+    assert calls < 20
+
+
+# ----------------------------------------------------------------------------- backoff
+
+
+def test_backoff_grows_exponentially_to_the_cap() -> None:
+    q = WorkQueue(clock=FakeClock(), rng=lambda: 0.0, backoff_base=0.05, backoff_cap=1.0)
+    delays = [q.add_rate_limited(claim("c1")) for _ in range(8)]
+    # jitter factor 0.5 with rng() == 0
+    assert delays == pytest.approx([0.025, 0.05, 0.1, 0.2, 0.4, 0.5, 0.5, 0.5])
+    assert q.failures(claim("c1")) == 8
+    assert q.failures(claim("other")) == 0
+
+
+def test_backoff_jitter_bounds() -> None:
+    rng = random.Random(42)
+    q = WorkQueue(clock=FakeClock(), rng=rng.random, backoff_base=1.0, backoff_cap=8.0)
+    for i in range(200):
+        key = claim(f"c{i}")
+        for failures in range(6):
+            nominal = min(8.0, 2.0**failures)
+            delay = q.add_rate_limited(key)
+            assert 0.5 * nominal <= delay < nominal
+    # extremes of rng: [0.5, 1.0)
+    q = WorkQueue(clock=FakeClock(), rng=lambda: 0.999999, backoff_base=1.0, backoff_cap=8.0)
+    assert 0.999 < q.add_rate_limited(claim("c1")) < 1.0
+
+
+def test_backoff_survives_huge_failure_counts() -> None:
+    q = WorkQueue(clock=FakeClock(), rng=lambda: 0.0, backoff_base=0.05, backoff_cap=60.0)
+    for _ in range(2000):
+        delay = q.add_rate_limited(claim("c1"))
+    assert delay == 30.0
+
+
+def test_forget_resets_failures(queue: WorkQueue, clock: FakeClock) -> None:
+    for _ in range(4):
+        queue.add_rate_limited(claim("c1"))
+    assert queue.failures(claim("c1")) == 4
+    queue.forget(claim("c1"))
+    assert queue.failures(claim("c1")) == 0
+    assert queue.add_rate_limited(claim("c1")) == pytest.approx(0.025)
+
+
+def test_rate_limited_key_is_queued_with_its_delay(queue: WorkQueue, clock: FakeClock) -> None:
+    delay = queue.add_rate_limited(claim("c1"))
+    assert queue.get_batch(**NOW) == []
+    clock.advance(delay)
+    assert queue.get_batch(**NOW) == [claim("c1")]
+
+
+# ----------------------------------------------------------------------------- batch cutting
+
+
+def test_quiet_period_cuts_a_batch() -> None:
+    q = WorkQueue()
+    q.add(claim("c0"))
+
+    def trickle() -> None:
+        for i in range(1, 4):
+            time.sleep(0.01)
+            q.add(claim(f"c{i}"))
+        time.sleep(0.4)  # far more than quiet: must not join
+        q.add(claim("late"))
+
+    t = threading.Thread(target=trickle)
+    t.start()
+    start = time.monotonic()
+    batch = q.get_batch(quiet=0.1, max_wait=1.0, timeout=1)
+    elapsed = time.monotonic() - start
+    t.join()
+    assert batch == [claim(f"c{i}") for i in range(4)]
+    assert 0.12 <= elapsed < 0.35
+    assert q.get_batch(quiet=0, max_wait=0, timeout=0) == [claim("late")]
+
+
+def test_idle_single_key_waits_about_quiet() -> None:
+    q = WorkQueue()
+    q.add(claim("c1"))
+    start = time.monotonic()
+    assert q.get_batch(quiet=0.03, max_wait=1.0) == [claim("c1")]
+    assert 0.025 <= time.monotonic() - start < 0.5
+
+
+def test_max_wait_cuts_a_storm() -> None:
+    q = WorkQueue()
+    stop = threading.Event()
+
+    def storm() -> None:
+        i = 0
+        while not stop.is_set():
+            q.add(claim(f"c{i}"))
+            i += 1
+            time.sleep(0.003)
+
+    t = threading.Thread(target=storm)
+    t.start()
+    try:
+        start = time.monotonic()
+        batch = q.get_batch(quiet=0.05, max_wait=0.15, timeout=1)
+        elapsed = time.monotonic() - start
+    finally:
+        stop.set()
+        t.join()
+    assert 0.14 <= elapsed < 0.4
+    assert len(batch) > 10  # the batch grew by itself during the storm
+
+
+def test_max_size_cuts_a_batch(queue: WorkQueue) -> None:
+    for i in range(10):
+        queue.add(claim(f"c{i}"))
+    sizes = []
+    while batch := queue.get_batch(max_size=4, **NOW):
+        sizes.append(len(batch))
+    assert sizes == [4, 4, 2]
+    assert len(queue.processing()) == 10
+
+
+def test_max_size_one_returns_at_once() -> None:
+    q = WorkQueue()
+    q.add(claim("c1"))
+    start = time.monotonic()
+    assert q.get_batch(max_size=1, quiet=5, max_wait=5) == [claim("c1")]
+    assert time.monotonic() - start < 1.0  # not quiet (5 s): max_size cut it
+
+
+def test_batch_never_mixes_groups(queue: WorkQueue, clock: FakeClock) -> None:
+    for i in range(5):
+        queue.add(claim(f"c{i}"))
+        clock.advance(0.1)
+        queue.add(host(f"h{i}"))
+        clock.advance(0.1)
+    first = queue.get_batch(**NOW)
+    second = queue.get_batch(**NOW)
+    assert first == [claim(f"c{i}") for i in range(5)]
+    assert second == [host(f"h{i}") for i in range(5)]
+
+
+def test_custom_group_function(queue: WorkQueue) -> None:
+    queue.add(claim("c1"))
+    queue.add(("claim", "tenant-b", "c2"))
+    queue.add(claim("c3"))
+    by_namespace = {"group": lambda key: key[:2], **NOW}
+    assert queue.get_batch(**by_namespace) == [claim("c1"), claim("c3")]
+    assert queue.get_batch(**by_namespace) == [("claim", "tenant-b", "c2")]
+
+
+def test_hooks_report_adds_and_queue_duration(clock: FakeClock) -> None:
+    adds, gets = [], []
+    q = WorkQueue(clock=clock, on_add=adds.append, on_get=lambda key, waited: gets.append((key, waited)))
+    q.add(claim("c1"))
+    clock.advance(2)
+    q.add(claim("c1"))
+    q.add(claim("c2"))
+    q.add(claim("c2"), RESYNC)  # absorbed
+    clock.advance(1)
+    q.add_after(claim("c3"), 0.5)
+    q.add(claim("c3"), LIVE)  # merged (ready now): absorbed too
+    q.add_after(claim("c4"), 0.5)
+    clock.advance(1)
+    batch = q.get_batch(**NOW)
+    assert batch == [claim("c1"), claim("c2"), claim("c3"), claim("c4")]
+    assert adds == [claim("c1"), claim("c2"), claim("c3"), claim("c4")]
+    assert gets == [(claim("c1"), 4.0), (claim("c2"), 2.0), (claim("c3"), 1.0), (claim("c4"), 0.5)]
+
+
+# ----------------------------------------------------------------------------- shutdown
+
+
+def test_shutdown_wakes_a_blocked_get_batch() -> None:
+    q = WorkQueue()
+    result = []
+    t = threading.Thread(target=lambda: result.append(q.get_batch()))
+    t.start()
+    time.sleep(0.05)
+    q.shutdown()
+    t.join(timeout=1)
+    assert not t.is_alive()
+    assert result == [None]
+    q.add(claim("c1"))  # ignored once shut down
+    assert len(q) == 0
+    assert q.get_batch(timeout=0) is None
+
+
+def test_shutdown_during_collection_puts_the_keys_back() -> None:
+    q = WorkQueue()
+    q.add(claim("c1"), RESYNC)
+    q.add(claim("c2"))
+    result = []
+    t = threading.Thread(target=lambda: result.append(q.get_batch(quiet=5, max_wait=5)))
+    t.start()
+    time.sleep(0.05)
+    assert q.processing() == {claim("c1"), claim("c2")}
+    q.shutdown()
+    t.join(timeout=1)
+    assert result == [None]
+    assert q.processing() == set()
+    assert len(q) == 2
+
+
+def test_timeout_returns_empty_list() -> None:
+    q = WorkQueue()
+    start = time.monotonic()
+    assert q.get_batch(timeout=0.05) == []
+    assert 0.04 <= time.monotonic() - start < 0.5
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+
+def test_stress_invariants_with_concurrent_producers_and_consumers() -> None:
+    q = WorkQueue(backoff_base=0.001, backoff_cap=0.005)
+    keys = [claim(f"c{i}") for i in range(40)] + [host(f"h{i}") for i in range(20)]
+    lock = threading.Lock()
+    counter = iter(range(10**9))
+    last_add: dict[tuple, int] = {}
+    last_start: dict[tuple, int] = {}
+    in_flight: set[tuple] = set()
+    errors: list[str] = []
+
+    def producer(seed: int) -> None:
+        rng = random.Random(seed)
+        for n in range(400):
+            key = rng.choice(keys)
+            with lock:  # recorded before the add: the pass that satisfies it must start after this point
+                last_add[key] = next(counter)
+            choice = rng.random()
+            if choice < 0.6:
+                q.add(key, LIVE)
+            elif choice < 0.8:
+                q.add(key, RESYNC)
+            elif choice < 0.9:
+                q.add_after(key, rng.random() * 0.005)
+            else:
+                q.add_rate_limited(key)
+            if n % 50 == 0:
+                time.sleep(0.001)
+
+    def consumer(seed: int) -> None:
+        rng = random.Random(seed)
+        while True:
+            batch = q.get_batch(quiet=0.001, max_wait=0.005, max_size=rng.choice([1, 5, 100]), timeout=0.05)
+            if batch is None:
+                return
+            if not batch:
+                continue
+            with lock:
+                if len({key[0] for key in batch}) != 1:
+                    errors.append(f"mixed batch {batch}")
+                if len(set(batch)) != len(batch):
+                    errors.append(f"duplicate in batch {batch}")
+                if overlap := in_flight.intersection(batch):
+                    errors.append(f"keys in two batches at once: {overlap}")
+                in_flight.update(batch)
+                start = next(counter)
+                for key in batch:
+                    last_start[key] = start
+            time.sleep(rng.random() * 0.002)
+            with lock:
+                in_flight.difference_update(batch)
+            for key in batch:
+                if rng.random() < 0.5:
+                    q.forget(key)
+            q.done(batch)
+
+    producers = [threading.Thread(target=producer, args=(i,)) for i in range(4)]
+    consumers = [threading.Thread(target=consumer, args=(100 + i,)) for i in range(2)]
+    for t in consumers + producers:
+        t.start()
+    for t in producers:
+        t.join()
+    deadline = time.monotonic() + 5.0
+    while (len(q) or q.processing()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    q.shutdown()
+    for t in consumers:
+        t.join(timeout=1)
+        assert not t.is_alive()
+    assert errors == []
+    assert len(q) == 0
+    assert q.processing() == set()
+    stale = {key: (last_add[key], last_start.get(key)) for key in last_add if last_start.get(key, -1) < last_add[key]}
+    assert stale == {}, "keys not processed after their last add"
