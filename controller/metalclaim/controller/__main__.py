@@ -1,0 +1,173 @@
+"""metalclaim-controller: reconcile HostClaims and provision BareMetalHosts on API events.
+
+Every flag may also be given as an environment variable: --batch-max-wait is
+METALCLAIM_BATCH_MAX_WAIT. Flags win over variables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import uuid
+from pathlib import Path
+
+from . import collection
+
+ENV_PREFIX = "METALCLAIM_"
+
+
+def _env(flag: str, default):
+    return os.environ.get(ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper(), default)
+
+
+def _bool(value) -> bool:
+    return str(value).lower() in ("1", "true", "yes", "on")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="metalclaim-controller",
+        description=__doc__.split("\n", 1)[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+    def add(flag, help_text, default=None, type_=str, **kwargs):
+        p.add_argument(
+            flag, default=_env(flag, default), type=type_, help=f"{help_text} (default: %(default)s)", **kwargs
+        )
+
+    add("--kubeconfig", "kubeconfig for the API server; unset: in-cluster service account, then ~/.kube/config")
+    add("--infra-namespaces", "comma-separated namespaces of BareMetalHosts and HostDeployPolicies; empty: all", "")
+    add("--resync-period", "seconds between full resyncs", 600.0, float)
+    add("--batch-quiet", "seconds without a new key that close a batch", 0.02, float)
+    add("--batch-max-wait", "seconds after which a batch is cut however busy", 0.25, float)
+    add("--batch-max-size", "keys per run at most", 1000, int)
+    add(
+        "--private-data-dir", "ansible-runner's private data dir (artifacts rotate there)", "/tmp/metalclaim-controller"
+    )
+    add("--keep-artifacts", "run artifact directories kept", 20, int)
+    add("--provision", "also step BareMetalHosts over Redfish (provision.yml)", "true", _bool)
+    add("--deploy-iso-url", "deploy ISO for disk images and cleaning", "")
+    add("--media-dir", "media server directory (config drives)", "")
+    add("--media-url", "media server URL as BMCs reach it", "")
+    add("--watch-secrets", "watch tenant Secrets' metadata (false: seen at resync only)", "true", _bool)
+    add("--leader-elect", "hold a Lease so only one instance dispatches", "false", _bool)
+    add("--leader-election-namespace", "namespace of the Lease", "metalclaim-system")
+    add("--leader-election-id", "name of the Lease", "metalclaim-controller")
+    add("--identity", "this instance's Lease holder identity", f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
+    add("--metrics-bind-address", "address of /metrics; 0 disables it", "127.0.0.1:8080")
+    add("--health-probe-bind-address", "address of /healthz and /readyz; 0 disables them", "127.0.0.1:8081")
+    add("--grace-period", "seconds a stop waits for the run in progress before cancelling it", 20.0, float)
+    add("--log-level", "DEBUG, INFO, WARNING or ERROR", "INFO")
+    return p
+
+
+def _serve(address: str, routes: dict) -> http.server.ThreadingHTTPServer | None:
+    if address in ("0", ""):
+        return None
+    host, _, port = address.rpartition(":")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            route = routes.get(self.path.split("?")[0])
+            if route is None:
+                self.send_error(404)
+                return
+            status, content_type, body = route()
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args):  # probes every few seconds: not worth a log line
+            pass
+
+    server = http.server.ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
+    threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
+    return server
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
+    collection.import_path()
+    from kubernetes import config as kube_config
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from .manager import Controller, Settings
+
+    if args.kubeconfig:
+        api_client = kube_config.new_client_from_config(config_file=args.kubeconfig)
+    else:
+        try:
+            kube_config.load_incluster_config()
+            from kubernetes import client as kube_client
+
+            api_client = kube_client.ApiClient()
+        except kube_config.ConfigException:
+            api_client = kube_config.new_client_from_config()
+    settings = Settings(
+        kubeconfig=args.kubeconfig,
+        infra_namespaces=tuple(n for n in args.infra_namespaces.split(",") if n),
+        resync_period=args.resync_period,
+        batch_quiet=args.batch_quiet,
+        batch_max_wait=args.batch_max_wait,
+        batch_max_size=args.batch_max_size,
+        private_data_dir=Path(args.private_data_dir),
+        keep_artifacts=args.keep_artifacts,
+        provision=args.provision,
+        deploy_iso_url=args.deploy_iso_url,
+        media_dir=args.media_dir,
+        media_url=args.media_url,
+        watch_secrets=args.watch_secrets,
+        leader_elect=args.leader_elect,
+        leader_election_namespace=args.leader_election_namespace,
+        leader_election_id=args.leader_election_id,
+        identity=args.identity,
+        grace_period=args.grace_period,
+    )
+    controller = Controller(settings, api_client)
+    servers = [
+        _serve(
+            args.metrics_bind_address,
+            {"/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(controller.metrics.registry))},
+        ),
+        _serve(
+            args.health_probe_bind_address,
+            {
+                "/healthz": lambda: (
+                    (200, "text/plain", b"ok\n") if controller.alive() else (500, "text/plain", b"dead\n")
+                ),
+                "/readyz": lambda: (
+                    (200, "text/plain", b"ok\n") if controller.synced() else (503, "text/plain", b"stores not synced\n")
+                ),
+            },
+        ),
+    ]
+    stopping = threading.Event()
+
+    def on_signal(signum, _frame):
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    controller.start()
+    while not stopping.wait(0.5) and not controller.stop.is_set():
+        pass
+    controller.shutdown()
+    for server in servers:
+        if server is not None:
+            server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,293 @@
+"""The controller: reflectors -> mapper -> work queue -> batches -> one playbook run per batch -> outcomes.
+
+Threads: one reflector per kind, the dispatcher (the only thread that talks to the runner
+process), the resync timer, the Lease elector and the HTTP server for probes and metrics.
+One stop flag ends them all. Runs reconcile from current state: a batch is a list of keys,
+and the playbooks read everything they need from the API server themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import collection, mapper, metrics, outcomes
+from .leader import LeaderElector
+from .reflector import Reflector, Store
+from .runs import Runner
+from .workqueue import LIVE, RESYNC, WorkQueue
+
+API_VERSION = "metal3.io/v1alpha1"
+LOG = logging.getLogger("metalclaim.controller")
+
+
+def log(event: str, **fields) -> None:
+    """One JSON line per event: never Secret data, BMC addresses or credentials."""
+    LOG.info(json.dumps({"event": event, **fields}, sort_keys=True, default=str))
+
+
+@dataclass
+class Settings:
+    kubeconfig: str | None = None
+    infra_namespaces: tuple = ()  # hosts and policies are watched here; empty: everywhere
+    resync_period: float = 600.0
+    batch_quiet: float = 0.02
+    batch_max_wait: float = 0.25
+    batch_max_size: int = 1000
+    private_data_dir: Path = Path("/tmp/metalclaim-controller")
+    keep_artifacts: int = 20
+    provision: bool = True  # also run the Redfish provisioner (provision.yml) for hosts
+    deploy_iso_url: str = ""
+    media_dir: str = ""
+    media_url: str = ""
+    watch_secrets: bool = True  # tenant Secrets' metadata; False: referenced Secrets are seen at resync only
+    leader_elect: bool = False
+    leader_election_namespace: str = "metalclaim-system"
+    leader_election_id: str = "metalclaim-controller"
+    identity: str = ""
+    grace_period: float = 20.0
+
+
+class Controller:
+    def __init__(self, settings: Settings, api_client, registry=None):
+        self.settings = settings
+        self.api_client = api_client
+        self.stop = threading.Event()
+        self.metrics = metrics.Metrics(registry)
+        self.queue = WorkQueue(on_add=self.metrics.added, on_get=self.metrics.waited)
+        self.stores = {
+            kind: Store() for kind in ("HostClaim", "BareMetalHost", "HostDeployPolicy", "Namespace", "Secret")
+        }
+        claims = self.stores["HostClaim"]
+        claims.add_index("namespace", lambda c: [c["metadata"]["namespace"]])
+        claims.add_index("secret", mapper.secret_refs)
+        claims.add_index(
+            "unbound", lambda c: [] if mapper.is_bound(c) or c["metadata"].get("deletionTimestamp") else [1]
+        )
+        self.reflectors: list[Reflector] = []
+        self.leader: LeaderElector | None = None
+        self.runner: Runner | None = None
+        self._cancel_run = threading.Event()
+        self._dispatcher: threading.Thread | None = None
+        self._started_at: dict[tuple, float] = {}  # claim key -> creation, until its Association turns True
+
+    # -- events -> keys -------------------------------------------------------------------------
+
+    def _enqueue(self, kind: str, found: mapper.Keys, initial: bool) -> None:
+        if found.dropped:
+            self.metrics.self_caused.labels(kind).inc()
+        for key in found.keys:
+            if key[0] == mapper.HOST and not self.settings.provision:
+                continue
+            self.queue.add(key, RESYNC if initial else LIVE)
+
+    def _on_claim(self, old, new, initial=False) -> None:
+        self._observe_association(old, new)
+        self._enqueue("HostClaim", mapper.claim_changed(old, new), initial)
+
+    def _on_host(self, old, new, initial=False) -> None:
+        unbound = self.stores["HostClaim"].by_index("unbound", 1)
+        self._enqueue("BareMetalHost", mapper.host_changed(old, new, unbound), initial)
+
+    def _on_policy(self, old, new, initial=False) -> None:
+        self._enqueue("HostDeployPolicy", mapper.policy_changed(old, new, self.stores["HostClaim"].list()), initial)
+
+    def _on_namespace(self, old, new, initial=False) -> None:
+        name = (new or old)["metadata"]["name"]
+        claims = self.stores["HostClaim"].by_index("namespace", name)
+        self._enqueue("Namespace", mapper.namespace_changed(old, new, claims), initial)
+
+    def _on_secret(self, old, new, initial=False) -> None:
+        meta = (new or old)["metadata"]
+        claims = self.stores["HostClaim"].by_index("secret", (meta["namespace"], meta["name"]))
+        self._enqueue("Secret", mapper.secret_changed(old, new, claims), initial)
+
+    def _observe_association(self, old, new) -> None:
+        """create -> Association=True, as a tenant watching the claim sees it (a histogram)."""
+        if new is None:
+            return
+        key = mapper.key_of(mapper.CLAIM, new)
+        conditions = {c.get("type"): c for c in (new.get("status") or {}).get("conditions") or []}
+        associated = (conditions.get("Association") or {}).get("status") == "True"
+        if old is None and not associated:
+            self._started_at[key] = time.time()
+        elif associated and key in self._started_at:
+            self.metrics.association.observe(time.time() - self._started_at.pop(key))
+
+    # -- runs ------------------------------------------------------------------------------------
+
+    def _extravars(self, group: str, keys: list) -> tuple[str, dict]:
+        refs = [{"namespace": namespace, "name": name} for _kind, namespace, name in keys]
+        if group == mapper.CLAIM:
+            return collection.playbook("reconcile"), {"hostclaim_reconcile_claims": refs}
+        extravars = {"hostclaim_provision_hosts": refs}
+        for option in ("deploy_iso_url", "media_dir", "media_url"):
+            if getattr(self.settings, option):
+                extravars[f"hostclaim_provision_{option}"] = getattr(self.settings, option)
+        return collection.playbook("provision"), extravars
+
+    def _run_batch(self, keys: list) -> None:
+        group = keys[0][0]
+        playbook, extravars = self._extravars(group, keys)
+        name = "reconcile" if group == mapper.CLAIM else "provision"
+        self.metrics.batch_size.labels(name).observe(len(keys))
+        report = self.runner.run(playbook, extravars, self._cancel_run)
+        self.metrics.runs.labels(name, report.status).inc()
+        self.metrics.run_seconds.labels(name).observe(report.seconds)
+        log(
+            "run",
+            playbook=name,
+            status=report.status,
+            count=len(keys),
+            keys=_shown(keys),
+            seconds=round(report.seconds, 3),
+        )
+        if report.status != "successful":
+            for failure in report.failures:
+                log("run_failed", playbook=name, task=failure["task"], message=failure["msg"], keys=_shown(keys))
+            found = outcomes.failed_run(keys, report.status)
+        elif group == mapper.CLAIM:
+            found = outcomes.claim_outcomes(keys, _module_result(report.results, "hostclaim_reconcile"))
+        else:
+            found = outcomes.host_outcomes(keys, _module_result(report.results, "bmh_redfish"))
+        for key, outcome in found.items():
+            self.metrics.reconciles.labels(name, outcome.result).inc()
+            if outcome.result == outcomes.RETRY:
+                delay = self.queue.add_rate_limited(key)
+                log("retry", key="/".join(key), reason=outcome.reason, after=round(delay, 3))
+            elif outcome.result == outcomes.REQUEUE:
+                self.queue.forget(key)
+                self.queue.add_after(key, outcome.delay)
+            else:
+                self.queue.forget(key)
+        self.metrics.reconcile_seconds.labels(name).observe(report.seconds)
+
+    def _dispatch(self) -> None:
+        while not self.stop.is_set():
+            if self.leader is not None and not self.leader.is_leader:
+                self.stop.wait(0.1)
+                continue
+            keys = self.queue.get_batch(
+                group=lambda key: key[0],
+                max_size=self.settings.batch_max_size,
+                quiet=self.settings.batch_quiet,
+                max_wait=self.settings.batch_max_wait,
+                timeout=0.5,
+            )
+            if keys is None:
+                return
+            if not keys:
+                continue
+            try:
+                self._run_batch(keys)
+            except Exception as error:  # never lose the keys: back off and carry on
+                log("dispatch_error", error=str(error))
+                for key in keys:
+                    self.queue.add_rate_limited(key)
+            finally:
+                self.queue.done(keys)
+                self.metrics.depth.set(len(self.queue))
+
+    def _resync(self) -> None:
+        while not self.stop.wait(self.settings.resync_period):
+            for claim in self.stores["HostClaim"].list():
+                self.queue.add(mapper.key_of(mapper.CLAIM, claim), RESYNC)
+            if self.settings.provision:
+                for host in self.stores["BareMetalHost"].list():
+                    self.queue.add(mapper.key_of(mapper.HOST, host), RESYNC)
+            self.metrics.resyncs.inc()
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def synced(self) -> bool:
+        return all(r.synced.is_set() for r in self.reflectors)
+
+    def alive(self) -> bool:
+        threads = [*self.reflectors, self._dispatcher]
+        return all(t is not None and t.is_alive() for t in threads) or self.stop.is_set()
+
+    def _reflector(self, api_version: str, kind: str, on_change, namespace=None, **options) -> None:
+        reflector = Reflector(
+            self.api_client,
+            api_version=api_version,
+            kind=kind,
+            namespace=namespace,
+            store=self.stores[kind],
+            on_change=on_change,
+            stop=self.stop,
+            on_restart=lambda reason, kind=kind: self.metrics.watch_restarts.labels(kind, reason).inc(),
+            log=log,
+            **options,
+        )
+        self.reflectors.append(reflector)
+
+    def start(self) -> None:
+        settings = self.settings
+        self._reflector(API_VERSION, "HostClaim", self._on_claim)
+        for namespace in settings.infra_namespaces or (None,):
+            self._reflector(API_VERSION, "BareMetalHost", self._on_host, namespace)
+            self._reflector(API_VERSION, "HostDeployPolicy", self._on_policy, namespace)
+        self._reflector("v1", "Namespace", self._on_namespace)
+        if settings.watch_secrets:
+            self._reflector("v1", "Secret", self._on_secret, metadata_only=True)
+        envvars = {"ANSIBLE_COLLECTIONS_PATH": collection.collections_path()}
+        if settings.kubeconfig:
+            envvars["K8S_AUTH_KUBECONFIG"] = settings.kubeconfig
+        self.runner = Runner(settings.private_data_dir, envvars, keep_artifacts=settings.keep_artifacts)
+        for reflector in self.reflectors:
+            reflector.start()
+        if settings.leader_elect:
+            self.leader = LeaderElector(
+                self.api_client,
+                namespace=settings.leader_election_namespace,
+                name=settings.leader_election_id,
+                identity=settings.identity,
+                on_started_leading=lambda: self.metrics.leader.set(1),
+                on_stopped_leading=self._lost_leadership,
+                log=log,
+            )
+            threading.Thread(target=self.leader.run, args=(self.stop,), name="leader", daemon=True).start()
+        else:
+            self.metrics.leader.set(1)
+        self._dispatcher = threading.Thread(target=self._dispatch, name="dispatcher", daemon=True)
+        self._dispatcher.start()
+        threading.Thread(target=self._resync, name="resync", daemon=True).start()
+        log("started", infra_namespaces=list(settings.infra_namespaces), leader_elect=settings.leader_elect)
+
+    def _lost_leadership(self) -> None:
+        self.metrics.leader.set(0)
+        if not self.stop.is_set():
+            log("leadership_lost")
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Stop: the run in progress finishes or is cancelled within the grace period; then the Lease is released."""
+        self.stop.set()
+        self.queue.shutdown()
+        if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
+            self._dispatcher.join(self.settings.grace_period / 2)
+            if self._dispatcher.is_alive():
+                self._cancel_run.set()
+                self._dispatcher.join(self.settings.grace_period / 2)
+        if self.runner is not None:
+            self.runner.close()
+        log("stopped")
+
+
+def _module_result(results: dict, module: str) -> dict:
+    """The registered result of the playbook's module task (the role names it after the module's step)."""
+    for task, result in results.items():
+        if isinstance(result, dict) and (module in task or result.get("invocation", {}).get("module_name") == module):
+            return result
+    for result in results.values():
+        if isinstance(result, dict) and ("hosts" in result if module == "bmh_redfish" else "bind" in result):
+            return result
+    return {}
+
+
+def _shown(keys: list, limit: int = 20) -> list[str]:
+    return ["/".join(key) for key in keys[:limit]] + ([f"... {len(keys) - limit} more"] if len(keys) > limit else [])

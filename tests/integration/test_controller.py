@@ -1,0 +1,181 @@
+"""The controller as its own process on the real API server: API changes alone drive the claim layer.
+
+The tenant and the infra team only write objects (as their own identities); nobody runs a
+playbook. Each reaction must come within seconds, not at the next resync (set to an hour here).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from tests.claimlayer import TENANT_A, Rack
+from tests.support import REPO_ROOT, eventually
+
+pytestmark = pytest.mark.integration
+REACTION = 20  # seconds: a run is ~1-2 s of ansible-runner; generous for a loaded CI machine
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ControllerProcess:
+    def __init__(self, devenv, tmp_path, *args: str):
+        self.metrics_port, self.health_port = _port(), _port()
+        self.log = open(tmp_path / "controller.log", "w+")  # noqa: SIM115 (closed in stop())
+        env = {
+            **os.environ,
+            "ANSIBLE_COLLECTIONS_PATH": str(REPO_ROOT / ".collections"),
+            "METALCLAIM_RESYNC_PERIOD": "3600",
+        }
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "metalclaim.controller",
+                "--kubeconfig",
+                devenv.kubeconfig("controller"),
+                "--private-data-dir",
+                str(tmp_path / "runner"),
+                "--metrics-bind-address",
+                f"127.0.0.1:{self.metrics_port}",
+                "--health-probe-bind-address",
+                f"127.0.0.1:{self.health_port}",
+                *args,
+            ],
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        eventually(lambda: self.get(self.health_port, "/readyz")[0] == 200, timeout=30, message="controller ready")
+
+    def get(self, port: int, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, ""
+        except OSError:
+            assert self.process.poll() is None, self.output()
+            return 0, ""
+
+    def metric(self, name: str, **labels) -> float:
+        """Sum of a metric's samples whose labels include `labels`."""
+        _status, text = self.get(self.metrics_port, "/metrics")
+        total = 0.0
+        for line in text.splitlines():
+            match = re.match(rf"^{name}(?:\{{(.*)\}})? (\S+)$", line)
+            if match and all(f'{k}="{v}"' in (match.group(1) or "") for k, v in labels.items()):
+                total += float(match.group(2))
+        return total
+
+    def output(self, full: bool = False) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        text = self.log.read()
+        return text if full else text[-5000:]
+
+    def stop(self) -> float:
+        started = time.monotonic()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self.log.close()
+        return time.monotonic() - started
+
+
+@pytest.fixture
+def controller(devenv, rack, tmp_path):
+    process = ControllerProcess(devenv, tmp_path, "--infra-namespaces", rack.namespace, "--provision", "false")
+    yield process
+    process.stop()
+
+
+def association(rack: Rack, name: str) -> str | None:
+    status = rack.read_claim(name).get("status") or {}
+    return next((c["status"] for c in status.get("conditions") or [] if c["type"] == "Association"), None)
+
+
+def associated(rack: Rack, name: str) -> bool:
+    return association(rack, name) == "True"
+
+
+def runs_of(controller: ControllerProcess, key: str) -> int:
+    """Runs whose batch held `key` ("claim/<namespace>/<name>"), from the controller's JSON log."""
+    return sum(
+        1 for line in controller.output(full=True).splitlines() if '"event": "run"' in line and f'"{key}"' in line
+    )
+
+
+def test_a_claim_binds_with_nobody_running_a_playbook(controller, rack):
+    rack.policy()
+    rack.host("h1")
+    created = time.monotonic()
+    rack.claim("c1")
+    eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 associated\n{controller.output()}")
+    print(f"\ncreate -> Association=True in {time.monotonic() - created:.2f} s")
+    assert rack.read_host("h1")["spec"]["consumerRef"]["name"] == "c1"
+    # The run's own writes (finalizer, lock, status, the host's consumerRef) caused no further run.
+    key = f"claim/{TENANT_A}/c1"
+    eventually(lambda: runs_of(controller, key) == 1, timeout=10, message="the binding run logged")
+    time.sleep(3)
+    assert runs_of(controller, key) == 1, controller.output()
+    assert controller.metric("metalclaim_events_dropped_total", kind="HostClaim") >= 1
+
+
+def test_a_policy_admitting_the_namespace_binds_its_waiting_claim(controller, rack):
+    rack.host("h1")
+    rack.claim("c1")
+    eventually(lambda: association(rack, "c1") == "False", timeout=REACTION, message="c1 waiting")
+    rack.policy()
+    eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 associated\n{controller.output()}")
+
+
+def test_a_host_becoming_available_binds_a_waiting_claim(controller, rack):
+    rack.policy()
+    rack.host("h1", state="deprovisioning")
+    rack.claim("c1")
+    eventually(
+        lambda: association(rack, "c1") == "False",
+        timeout=REACTION,
+        message="c1 waiting",
+    )
+    rack.set_state("h1", "available")
+    eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 associated\n{controller.output()}")
+
+
+def test_a_revoked_policy_shows_on_the_bound_claim(controller, rack, clients):
+    rack.policy()
+    rack.host("h1")
+    rack.claim("c1")
+    eventually(lambda: associated(rack, "c1"), timeout=REACTION, message="c1 associated")
+    rack.api("admin", "HostDeployPolicy").delete(name="policy", namespace=rack.namespace)
+
+    def revoked() -> bool:
+        claim = rack.read_claim("c1")
+        return any(c.get("reason") == "AuthorizationRevoked" for c in claim["status"]["conditions"])
+
+    eventually(revoked, timeout=REACTION, message=f"revocation on c1\n{controller.output()}")
+
+
+def test_sigterm_stops_the_controller_within_seconds(devenv, rack, tmp_path):
+    process = ControllerProcess(devenv, tmp_path, "--infra-namespaces", rack.namespace, "--provision", "false")
+    took = process.stop()
+    assert process.process.returncode == 0
+    assert took < 10
