@@ -34,6 +34,7 @@ def _port() -> int:
 class ControllerProcess:
     def __init__(self, devenv, tmp_path, *args: str):
         self.metrics_port, self.health_port = _port(), _port()
+        tmp_path.mkdir(parents=True, exist_ok=True)
         self.log = open(tmp_path / "controller.log", "w+")  # noqa: SIM115 (closed in stop())
         env = {
             **os.environ,
@@ -179,3 +180,42 @@ def test_sigterm_stops_the_controller_within_seconds(devenv, rack, tmp_path):
     took = process.stop()
     assert process.process.returncode == 0
     assert took < 10
+
+
+def test_only_the_lease_holder_runs_and_a_follower_takes_over(devenv, rack, tmp_path):
+    lease = f"test-{rack.namespace}"
+    options = [
+        "--infra-namespaces",
+        rack.namespace,
+        "--provision",
+        "false",
+        "--leader-elect",
+        "true",
+        "--leader-election-id",
+        lease,
+        "--leader-elect-lease-duration",
+        "4",
+        "--leader-elect-renew-deadline",
+        "3",
+        "--leader-elect-retry-period",
+        "0.5",
+    ]
+    first = ControllerProcess(devenv, tmp_path / "a", *options)
+    eventually(lambda: first.metric("leader_election_master_status") == 1, timeout=10, message="first leads")
+    second = ControllerProcess(devenv, tmp_path / "b", *options)
+    try:
+        rack.policy()
+        rack.host("h1")
+        rack.host("h2")
+        rack.claim("c1")
+        eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 associated\n{first.output()}")
+        assert second.metric("leader_election_master_status") == 0
+        assert second.metric("metalclaim_runs_total") == 0  # a follower keeps its stores warm, runs nothing
+        first.process.kill()  # no release: the follower waits out the lease (4 s)
+        killed = time.monotonic()
+        rack.claim("c2")
+        eventually(lambda: associated(rack, "c2"), timeout=REACTION, message=f"c2 associated\n{second.output()}")
+        print(f"\nleader killed -> the follower bound a new claim in {time.monotonic() - killed:.1f} s")
+    finally:
+        first.stop()
+        second.stop()

@@ -309,11 +309,6 @@ def test_the_controller_has_only_get_create_update_on_its_leases(devenv, admin_l
         assert refused.value.status == 403
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="config/rbac/controller_role.yaml still grants leases get/create/update cluster-wide; "
-    "leader_election_role.yaml grants them in metalclaim-system: drop the ClusterRole rule (then this marker)",
-)
 def test_the_controller_cannot_touch_leases_outside_its_namespace(devenv, admin_leases):
     controller = client.CoordinationV1Api(api_client(devenv, "controller"))
     name = f"test-leader-{uuid.uuid4().hex[:8]}"

@@ -61,6 +61,9 @@ def parser() -> argparse.ArgumentParser:
     add("--leader-elect", "hold a Lease so only one instance dispatches", "false", _bool)
     add("--leader-election-namespace", "namespace of the Lease", "metalclaim-system")
     add("--leader-election-id", "name of the Lease", "metalclaim-controller")
+    add("--leader-elect-lease-duration", "seconds a follower waits before taking an unrenewed Lease", 15.0, float)
+    add("--leader-elect-renew-deadline", "seconds the leader keeps trying to renew before giving up", 10.0, float)
+    add("--leader-elect-retry-period", "seconds between Lease attempts", 2.0, float)
     add("--identity", "this instance's Lease holder identity", f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
     add("--metrics-bind-address", "address of /metrics; 0 disables it", "127.0.0.1:8080")
     add("--health-probe-bind-address", "address of /healthz and /readyz; 0 disables them", "127.0.0.1:8081")
@@ -132,6 +135,9 @@ def main(argv=None) -> int:
         leader_election_namespace=args.leader_election_namespace,
         leader_election_id=args.leader_election_id,
         identity=args.identity,
+        lease_duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
         grace_period=args.grace_period,
     )
     controller = Controller(settings, api_client)

@@ -49,6 +49,9 @@ class Settings:
     leader_election_namespace: str = "metalclaim-system"
     leader_election_id: str = "metalclaim-controller"
     identity: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
     grace_period: float = 20.0
 
 
@@ -70,8 +73,10 @@ class Controller:
         )
         self.reflectors: list[Reflector] = []
         self.leader: LeaderElector | None = None
+        self._leader_thread: threading.Thread | None = None
         self.runner: Runner | None = None
         self._cancel_run = threading.Event()
+        self._release_lease = threading.Event()  # set once no run is in flight: only then may another leader start
         self._dispatcher: threading.Thread | None = None
         self._started_at: dict[tuple, float] = {}  # claim key -> creation, until its Association turns True
 
@@ -246,11 +251,17 @@ class Controller:
                 namespace=settings.leader_election_namespace,
                 name=settings.leader_election_id,
                 identity=settings.identity,
+                lease_duration=settings.lease_duration,
+                renew_deadline=settings.renew_deadline,
+                retry_period=settings.retry_period,
                 on_started_leading=lambda: self.metrics.leader.set(1),
                 on_stopped_leading=self._lost_leadership,
                 log=log,
             )
-            threading.Thread(target=self.leader.run, args=(self.stop,), name="leader", daemon=True).start()
+            self._leader_thread = threading.Thread(
+                target=self.leader.run, args=(self._release_lease,), name="leader", daemon=True
+            )
+            self._leader_thread.start()
         else:
             self.metrics.leader.set(1)
         self._dispatcher = threading.Thread(target=self._dispatch, name="dispatcher", daemon=True)
@@ -275,6 +286,9 @@ class Controller:
                 self._dispatcher.join(self.settings.grace_period / 2)
         if self.runner is not None:
             self.runner.close()
+        self._release_lease.set()
+        if self.leader is not None and self._leader_thread is not threading.current_thread():
+            self._leader_thread.join(5)
         log("stopped")
 
 
