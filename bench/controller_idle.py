@@ -187,9 +187,8 @@ def main() -> int:
             time.sleep(0.2)
         took = time.monotonic() - started
         runs = metric(metrics_port, "metalclaim_runs_total") - runs_before
-        print(
-            f"burst of {args.burst} claims: all associated in {took:.1f} s, {runs:.0f} runs ({100 * runs / args.burst:.0f} per 100 claims)"
-        )
+        per_100 = 100 * runs / args.burst
+        print(f"burst of {args.burst} claims: all associated in {took:.1f} s, {runs:.0f} runs ({per_100:.0f} per 100)")
     finally:
         controller.send_signal(signal.SIGTERM)
         controller.wait(30)
