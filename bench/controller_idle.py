@@ -52,7 +52,7 @@ def floor(work: Path, runs: int = 10) -> float:
     )
     runner = Runner(work / "floor", {"ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections")})
     runner.run(str(playbook), {})  # the child's start-up is not part of F
-    times = [runner.run(str(playbook), {}).seconds for _ in range(runs)]
+    times = [runner.run(str(playbook), {}).seconds for _run in range(runs)]
     runner.close()
     return statistics.median(times)
 
@@ -121,7 +121,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--devenv", default=os.environ.get("METALCLAIM_DEVENV"))
     parser.add_argument("--claims", type=int, default=20)
     parser.add_argument("--burst", type=int, default=100)

@@ -74,7 +74,7 @@ class Candidate:
         assert not self.thread.is_alive(), f"{self.identity}'s elector did not return"
 
     def event_names(self) -> list[str]:
-        return [event for event, _ in self.events]
+        return [event for event, _fields in self.events]
 
 
 @pytest.fixture

@@ -120,7 +120,7 @@ def test_list_then_watch_delivers_changes_in_order(api, namespace, run_reflector
     assert reflector.plural == "configmaps" and reflector.namespaced  # discovered
     names = {o["metadata"]["name"] for o in store.list()}
     assert {"a", "b", "c"} <= names  # plus kube-root-ca.crt
-    assert all(initial for *_, initial in rec.changes) and len(rec.changes) == len(names)
+    assert all(initial for *_change, initial in rec.changes) and len(rec.changes) == len(names)
     assert store.get((namespace, "a"))["kind"] == "ConfigMap"
 
     rec.changes.clear()

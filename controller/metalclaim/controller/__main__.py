@@ -75,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
 def _serve(address: str, routes: dict) -> http.server.ThreadingHTTPServer | None:
     if address in ("0", ""):
         return None
-    host, _, port = address.rpartition(":")
+    host, _colon, port = address.rpartition(":")
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):

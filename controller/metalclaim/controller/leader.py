@@ -81,7 +81,7 @@ def parse_micro_time(value: str | datetime.datetime | None) -> datetime.datetime
     if text[-1:] in ("Z", "z"):
         text = text[:-1] + "+00:00"
     if "." in text:
-        head, _, rest = text.partition(".")
+        head, _dot, rest = text.partition(".")
         cut = next((i for i, ch in enumerate(rest) if not ch.isdigit()), len(rest))
         digits, zone = rest[:cut], rest[cut:]
         text = f"{head}.{(digits + '000000')[:6]}{zone}"  # fromisoformat wants at most 6 digits
@@ -315,7 +315,7 @@ class LeaderElector:
     def _release(self) -> None:
         """Give the Lease up (client-go's ReleaseOnCancel), unless someone else holds it by now."""
         fields = {"lease": f"{self.namespace}/{self.name}", "identity": self.identity}
-        for _ in range(2):
+        for _attempt in range(2):
             try:
                 lease = self._get(self.request_timeout)
                 if lease is None or LeaseRecord.from_lease(lease).holder != self.identity:

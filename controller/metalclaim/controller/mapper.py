@@ -145,7 +145,7 @@ def host_changed(old: dict | None, new: dict | None, unbound_claims: list[dict])
     if host_fingerprint_for_provisioner(old) != host_fingerprint_for_provisioner(new):
         keys.append(key_of(HOST, new or old))
     if host_fingerprint_for_claims(old) != host_fingerprint_for_claims(new):
-        keys += [k for k in {consumer_key(old), consumer_key(new)} if k is not None]
+        keys += [k for k in dict.fromkeys((consumer_key(old), consumer_key(new))) if k is not None]
     if is_free(new) and not is_free(old):
         # Which waiting claims its namespace's policies admit is the claim layer's call, in the run.
         keys += [key_of(CLAIM, claim) for claim in unbound_claims]

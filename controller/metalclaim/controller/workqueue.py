@@ -294,7 +294,7 @@ class WorkQueue:
     def _pop_best(self) -> tuple[Hashable, _Item] | None:
         """Remove and return the best ready key, or None."""
         while self._ready:
-            _, _, seq, key = heapq.heappop(self._ready)
+            _priority, _ready_at, seq, key = heapq.heappop(self._ready)
             item = self._queued.get(key)
             if item is not None and item.seq == seq:
                 return key, item
@@ -320,7 +320,7 @@ class WorkQueue:
             if item.ready_at <= now and group(key) == batch_group
         )[:room]
         new = []
-        for _, _, _, key in candidates:
+        for _priority, _ready_at, _seq, key in candidates:
             item = self._queued[key]
             self._take(key, item, now, taken)
             new.append((key, item))
@@ -329,7 +329,7 @@ class WorkQueue:
     def _put_back(self, taken: list[tuple[Hashable, _Item, float]]) -> None:
         """Undo a batch being collected (shutdown): its keys are queued again as they were (merged with any re-add)."""
         now = self._clock()
-        for key, item, _ in taken:
+        for key, item, _waited in taken:
             self._processing.discard(key)
             self._enqueue(key, item.priority, item.ready_at, now)
             pending = self._dirty.pop(key, None)

@@ -276,7 +276,7 @@ def test_of_two_racing_followers_one_wins_and_the_other_gets_a_conflict():
     b._get = lambda timeout: stale
     assert b._try(leading=False, deadline=None) == BUSY
     assert leases.lease["spec"]["holderIdentity"] == "a"
-    assert [e for e, _ in events] == ["lease_conflict"]
+    assert [e for e, _fields in events] == ["lease_conflict"]
 
 
 def test_the_first_elector_creates_the_lease_and_a_second_create_conflicts():
@@ -345,7 +345,7 @@ def test_run_releases_on_stop_and_survives_a_failing_callback():
     assert stopped == [False]  # is_leader is already false when the callback runs
     assert leases.lease["spec"]["holderIdentity"] == ""
     assert leases.lease["spec"]["leaseDurationSeconds"] == 1
-    names = [e for e, _ in events]
+    names = [e for e, _fields in events]
     assert names == [
         "leader_election_started",
         "leadership_acquired",

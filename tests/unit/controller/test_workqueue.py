@@ -49,7 +49,7 @@ def queue(clock: FakeClock) -> WorkQueue:
 def test_dedup_hundred_adds_one_key(clock: FakeClock) -> None:
     adds = []
     q = WorkQueue(clock=clock, on_add=adds.append)
-    for _ in range(100):
+    for _add in range(100):
         q.add(claim("c1"))
     assert len(q) == 1
     assert adds == [claim("c1")]
@@ -73,7 +73,7 @@ def test_key_never_in_two_batches_at_once(queue: WorkQueue) -> None:
 def test_add_during_processing_gives_exactly_one_more_pass(queue: WorkQueue) -> None:
     queue.add(claim("c1"))
     batch = queue.get_batch(**NOW)
-    for _ in range(5):
+    for _add in range(5):
         queue.add(claim("c1"))
     queue.done(batch)
     assert len(queue) == 1
@@ -211,7 +211,7 @@ def test_delayed_key_wakes_a_blocked_get_batch_without_busy_waiting() -> None:
 
 def test_backoff_grows_exponentially_to_the_cap() -> None:
     q = WorkQueue(clock=FakeClock(), rng=lambda: 0.0, backoff_base=0.05, backoff_cap=1.0)
-    delays = [q.add_rate_limited(claim("c1")) for _ in range(8)]
+    delays = [q.add_rate_limited(claim("c1")) for _failure in range(8)]
     # jitter factor 0.5 with rng() == 0
     assert delays == pytest.approx([0.025, 0.05, 0.1, 0.2, 0.4, 0.5, 0.5, 0.5])
     assert q.failures(claim("c1")) == 8
@@ -234,13 +234,13 @@ def test_backoff_jitter_bounds() -> None:
 
 def test_backoff_survives_huge_failure_counts() -> None:
     q = WorkQueue(clock=FakeClock(), rng=lambda: 0.0, backoff_base=0.05, backoff_cap=60.0)
-    for _ in range(2000):
+    for _draw in range(2000):
         delay = q.add_rate_limited(claim("c1"))
     assert delay == 30.0
 
 
 def test_forget_resets_failures(queue: WorkQueue, clock: FakeClock) -> None:
-    for _ in range(4):
+    for _draw in range(4):
         queue.add_rate_limited(claim("c1"))
     assert queue.failures(claim("c1")) == 4
     queue.forget(claim("c1"))
