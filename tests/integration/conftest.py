@@ -16,6 +16,8 @@ from kubernetes.dynamic import DynamicClient
 
 from metalclaim.devenv.env import Devenv
 from tests.claimlayer import Rack
+from tests.netfixtures import FileServer
+from tests.site import Site
 
 # Eight emulated systems: the provisioner must take a fleet of 8 from registering to available.
 FLEET_SIZE = int(os.environ.get("METALCLAIM_TEST_HOSTS", "8"))
@@ -58,3 +60,27 @@ def rack(clients) -> Rack:
     rack = Rack(clients)
     yield rack
     rack.cleanup()
+
+
+@pytest.fixture
+def site(devenv, clients, tmp_path):
+    site = Site(devenv, clients, tmp_path)
+    yield site
+    site.cleanup()
+    # The emulator is shared: give every system back powered off with nothing inserted.
+    for index in range(len(site.systems)):
+        bmc = site.bmc(index)
+        try:
+            for device in ("cd", "config"):
+                if bmc.media(device)["inserted"]:
+                    bmc.eject_media(device)
+            if bmc.power_state() != "Off":
+                bmc.set_power("ForceOff")
+        finally:
+            bmc.close()
+
+
+@pytest.fixture
+def files(tmp_path):
+    with FileServer(tmp_path / "files") as server:
+        yield server

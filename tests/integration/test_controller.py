@@ -19,6 +19,7 @@ import urllib.request
 import pytest
 
 from tests.claimlayer import TENANT_A, Rack
+from tests.site import TENANT
 from tests.support import REPO_ROOT, eventually
 
 pytestmark = pytest.mark.integration
@@ -219,3 +220,40 @@ def test_only_the_lease_holder_runs_and_a_follower_takes_over(devenv, rack, tmp_
     finally:
         first.stop()
         second.stop()
+
+
+def test_the_guides_lifecycle_driven_only_by_api_changes(devenv, site, files, tmp_path):
+    """Register, claim, provision a live ISO, deprovision, delete: the tenant and the infra team only write objects."""
+    iso_url = files.add("live.iso", b"live iso for the controller\n" * 64)
+    site.host("h0", 0)  # as the infra team registers it: no status yet
+    process = ControllerProcess(devenv, tmp_path, "--infra-namespaces", site.namespace)
+    started = time.monotonic()
+
+    def lap(what: str) -> None:
+        nonlocal started
+        print(f"\n{what}: {time.monotonic() - started:.1f} s", end="")
+        started = time.monotonic()
+
+    try:
+        eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{process.output()}")
+        lap("registered, inspected, available")
+        site.claim("live", image={"url": iso_url, "format": "live-iso"}, online=True)
+
+        def provisioned() -> bool:
+            claim = site.read_claim("live") or {}
+            status = claim.get("status") or {}
+            conditions = {c["type"]: c for c in status.get("conditions") or []}
+            return (conditions.get("Provisioned") or {}).get("status") == "True" and status.get("poweredOn") is True
+
+        eventually(provisioned, timeout=120, message=f"live provisioned\n{process.output()}")
+        lap("claimed -> Provisioned, powered on")
+        site.patch_claim("live", {"spec": {"image": None, "online": False}})
+        eventually(lambda: site.state("h0") == "available", timeout=120, message=f"deprovisioned\n{process.output()}")
+        lap("image removed -> deprovisioned, available")
+        site.api("HostClaim", identity="tenant-a").delete(name="live", namespace=TENANT)
+        eventually(lambda: site.read_claim("live") is None, timeout=120, message=f"claim gone\n{process.output()}")
+        lap("claim deleted -> released, finalizer gone")
+        host = site.read("h0")
+        assert "consumerRef" not in host["spec"] and host["status"]["provisioning"]["state"] == "available"
+    finally:
+        process.stop()
