@@ -15,12 +15,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
+import yaml
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
 
 from tests.claimlayer import TENANT_A, Rack
 from tests.site import TENANT
-from tests.support import REPO_ROOT, eventually
+from tests.support import REPO_ROOT, eventually, run_playbook
 
 pytestmark = pytest.mark.integration
 REACTION = 20  # seconds: a run is ~1-2 s of ansible-runner; generous for a loaded CI machine
@@ -33,7 +37,7 @@ def _port() -> int:
 
 
 class ControllerProcess:
-    def __init__(self, devenv, tmp_path, *args: str):
+    def __init__(self, devenv, tmp_path, *args: str, kubeconfig_identity: str | None = "controller"):
         self.metrics_port, self.health_port = _port(), _port()
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.log = open(tmp_path / "controller.log", "w+")  # noqa: SIM115 (closed in stop())
@@ -47,8 +51,7 @@ class ControllerProcess:
                 sys.executable,
                 "-m",
                 "metalclaim.controller",
-                "--kubeconfig",
-                devenv.kubeconfig("controller"),
+                *(["--kubeconfig", devenv.kubeconfig(kubeconfig_identity)] if kubeconfig_identity else []),
                 "--private-data-dir",
                 str(tmp_path / "runner"),
                 "--metrics-bind-address",
@@ -255,5 +258,78 @@ def test_the_guides_lifecycle_driven_only_by_api_changes(devenv, site, files, tm
         lap("claim deleted -> released, finalizer gone")
         host = site.read("h0")
         assert "consumerRef" not in host["spec"] and host["status"]["provisioning"]["state"] == "available"
+    finally:
+        process.stop()
+
+
+def test_the_installed_service_account_runs_the_controller(devenv, clients, rack, tmp_path):
+    """In-cluster identity: install.yml with the controller switch, a token for its ServiceAccount (TokenRequest),
+    and the controller run with that token binds a claim: the manifests' RBAC is what is exercised."""
+    results = run_playbook(
+        tmp_path / "install",
+        REPO_ROOT / "playbooks" / "install.yml",
+        devenv.kubeconfig("admin"),
+        {"hostclaim_install_controller": True},
+    )
+    assert not any(r["failed"] for r in results), results
+    deployment = rack.api("admin", "Deployment", "apps/v1").get(
+        name="metalclaim-controller", namespace="metalclaim-system"
+    )
+    assert deployment.spec.template.spec.serviceAccountName == "metalclaim-controller"
+    core = kube_client.CoreV1Api(kube_config.new_client_from_config(config_file=devenv.kubeconfig("admin")))
+    token = core.create_namespaced_service_account_token(
+        "metalclaim-controller",
+        "metalclaim-system",
+        kube_client.AuthenticationV1TokenRequest(
+            spec=kube_client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+        ),
+    ).status.token
+    admin = yaml.safe_load(Path(devenv.kubeconfig("admin")).read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    kubeconfig = tmp_path / "service-account.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "devenv", "cluster": cluster}],
+                "users": [{"name": "controller-sa", "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "devenv", "user": "controller-sa"}}],
+                "current-context": "sa",
+            }
+        )
+    )
+    process = ControllerProcess(
+        devenv,
+        tmp_path,
+        "--kubeconfig",
+        str(kubeconfig),
+        "--infra-namespaces",
+        rack.namespace,
+        "--provision",
+        "false",
+        "--leader-elect",
+        "true",
+        "--leader-election-id",
+        f"test-{rack.namespace}",
+        kubeconfig_identity=None,
+    )
+    try:
+        rack.policy()
+        rack.host("h1")
+        rack.claim("c1")
+        eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 associated\n{process.output()}")
+        # Its Lease rights are the namespaced Role's: none in a tenant's namespace.
+        review = kube_client.AuthorizationV1Api(kube_config.new_client_from_config(config_file=str(kubeconfig)))
+        allowed = review.create_self_subject_access_review(
+            kube_client.V1SelfSubjectAccessReview(
+                spec=kube_client.V1SelfSubjectAccessReviewSpec(
+                    resource_attributes=kube_client.V1ResourceAttributes(
+                        verb="create", group="coordination.k8s.io", resource="leases", namespace=TENANT_A
+                    )
+                )
+            )
+        ).status.allowed
+        assert allowed is False
     finally:
         process.stop()

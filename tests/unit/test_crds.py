@@ -495,7 +495,8 @@ def test_admission_bindings_name_their_policy_and_parameters():
             ref = binding["spec"]["paramRef"]
             param = kinds[policy["spec"]["paramKind"]["kind"]][ref["name"]]
             assert param["metadata"]["namespace"] == ref["namespace"]
-            assert ref["namespace"] in kinds["Namespace"]
+            namespace = yaml.safe_load((REPO / "config" / "namespace" / "namespace.yaml").read_text())
+            assert ref["namespace"] == namespace["metadata"]["name"]  # config/namespace, applied first
             assert ref["parameterNotFoundAction"] == "Deny"  # the guard fails closed
 
 
@@ -514,7 +515,8 @@ def test_admission_policy_operators_agree_with_the_crd():
 
 def test_finalizer_parameters_default_to_the_controller_and_break_glass():
     [params] = admission_docs("finalizer_params.yaml")
-    assert params["data"] == {"users": "metalclaim-controller\n", "groups": "system:masters\n"}
+    controller_users = ["metalclaim-controller", "system:serviceaccount:metalclaim-system:metalclaim-controller"]
+    assert params["data"] == {"users": "".join(f"{u}\n" for u in controller_users), "groups": "system:masters\n"}
     defaults = yaml.safe_load((REPO / "roles" / "hostclaim_install" / "defaults" / "main.yml").read_text())
-    assert defaults["hostclaim_install_finalizer_users"] == ["metalclaim-controller"]
+    assert defaults["hostclaim_install_finalizer_users"] == controller_users
     assert defaults["hostclaim_install_finalizer_groups"] == ["system:masters"]

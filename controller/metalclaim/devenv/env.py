@@ -144,6 +144,7 @@ class Devenv:
 
     def _install(self) -> None:
         self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "crd"))
+        self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "namespace"))
         self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "rbac"))
         self.kubectl("admin", "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         # The admission policies (CEL, in the API server) once the CRDs they type-check against exist.
@@ -166,6 +167,14 @@ def tenancy_objects() -> list[dict]:
                 "kind": "ClusterRole",
                 "name": "metalclaim-controller",
             },
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}],
+        },
+        # The leader-election Role (config/rbac) for the same user; config/manager binds the ServiceAccount.
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "metalclaim-leader-election", "namespace": "metalclaim-system"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "metalclaim-leader-election"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}],
         },
     ]
