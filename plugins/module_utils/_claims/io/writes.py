@@ -17,6 +17,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
     binding_token,
     desired_status,
     locked_claim,
+    recorded_host,
     status_patch,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
@@ -34,6 +35,11 @@ class _Entry:
     results: list = field(default_factory=list)  # step results to mark when the write conflicts
     on_commit: list = field(default_factory=list)  # callables run once the status is written (or was current)
     written: bool = False
+    # The host the claim's status named when this run first decided about it. Only status writes
+    # change it, and this run's only status write is the flush: if the claim this run holds at the
+    # end names another, another run bound or released the claim meanwhile, and what this run
+    # decided (say "no free host", from a host list older than that binding) is stale.
+    decided_on: object = None
 
 
 class StatusBook:
@@ -61,6 +67,8 @@ class StatusBook:
     ) -> None:
         """Record what a step found about `claim` (the newest version the step has); later notes win."""
         entry = self._entry(claim)
+        if not entry.conditions and not entry.updates:
+            entry.decided_on = recorded_host(claim)
         entry.claim = claim
         for type_, status, reason, message in conditions:
             entry.conditions[type_] = (status, reason, message)
@@ -111,6 +119,15 @@ class StatusBook:
         patch = status_patch(entry.claim, self.desired(key))
         if patch is None:
             return False
+        if entry.give_back is None and recorded_host(entry.claim) != entry.decided_on:
+            # Bound or released by another run since this one decided: its write is an event
+            # that brings the claim back, decided again from a newer view.
+            message = "the claim was bound or released by another reconcile during this one"
+            for result in entry.results:
+                result.update(state="conflict", message=message, changed=False)
+                if "action" in result:
+                    result.update(action="conflict", host=None)
+            return "conflict"
         if self._check_mode:
             return True
         patch["lastUpdated"] = self._timestamp

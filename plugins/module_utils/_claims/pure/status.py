@@ -47,6 +47,12 @@ def status_patch(claim: dict, desired: dict) -> dict | None:
 BINDING_ANNOTATION = "metalclaim.io/binding-attempt"
 
 
+def recorded_host(claim: dict) -> tuple[str, str] | None:
+    """(namespace, name) of the host the claim's status names (status.hardwareData), or None."""
+    recorded = (claim.get("status") or {}).get("hardwareData") or {}
+    return (recorded.get("namespace", ""), recorded.get("name", "")) if recorded else None
+
+
 def locked_claim(claim: dict, token: str | None = None) -> dict:
     """The claim carrying our finalizer and, given a token, this run's binding lock."""
     locked = copy.deepcopy(claim)
