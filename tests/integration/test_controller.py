@@ -105,9 +105,17 @@ class ControllerProcess:
         return time.monotonic() - started
 
 
+def claim_side(rack: Rack, leader_elect: bool = False) -> list[str]:
+    """Options of a controller serving the rack's hosts, without the provisioner (the rack's hosts have no BMC)."""
+    options = ["--infra-namespaces", rack.namespace, "--provision", "false"]
+    if leader_elect:
+        options += ["--leader-elect", "true", "--leader-election-id", f"test-{rack.namespace}"]
+    return options
+
+
 @pytest.fixture
 def controller(devenv, rack, tmp_path):
-    process = ControllerProcess(devenv, tmp_path, "--infra-namespaces", rack.namespace, "--provision", "false")
+    process = ControllerProcess(devenv, tmp_path, *claim_side(rack))
     yield process
     process.stop()
 
@@ -180,23 +188,15 @@ def test_a_revoked_policy_shows_on_the_bound_claim(controller, rack, clients):
 
 
 def test_sigterm_stops_the_controller_within_seconds(devenv, rack, tmp_path):
-    process = ControllerProcess(devenv, tmp_path, "--infra-namespaces", rack.namespace, "--provision", "false")
+    process = ControllerProcess(devenv, tmp_path, *claim_side(rack))
     took = process.stop()
     assert process.process.returncode == 0
     assert took < 10
 
 
 def test_only_the_lease_holder_runs_and_a_follower_takes_over(devenv, rack, tmp_path):
-    lease = f"test-{rack.namespace}"
     options = [
-        "--infra-namespaces",
-        rack.namespace,
-        "--provision",
-        "false",
-        "--leader-elect",
-        "true",
-        "--leader-election-id",
-        lease,
+        *claim_side(rack, leader_elect=True),
         "--leader-elect-lease-duration",
         "4",
         "--leader-elect-renew-deadline",
@@ -304,14 +304,7 @@ def test_the_installed_service_account_runs_the_controller(devenv, clients, rack
         tmp_path,
         "--kubeconfig",
         str(kubeconfig),
-        "--infra-namespaces",
-        rack.namespace,
-        "--provision",
-        "false",
-        "--leader-elect",
-        "true",
-        "--leader-election-id",
-        f"test-{rack.namespace}",
+        *claim_side(rack, leader_elect=True),
         kubeconfig_identity=None,
     )
     try:
