@@ -15,13 +15,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+
 from . import collection, mapper, metrics, outcomes
 from .leader import LeaderElector
 from .reflector import Reflector, Store
 from .runs import Runner
 from .workqueue import LIVE, RESYNC, WorkQueue
 
-API_VERSION = "metal3.io/v1alpha1"
 LOG = logging.getLogger("metalclaim.controller")
 
 
