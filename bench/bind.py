@@ -35,7 +35,8 @@ def api(client, kind, api_version=METAL3):
     return client.resources.get(api_version=api_version, kind=kind)
 
 
-def setup(admin, hosts: int, claims: int) -> tuple[str, str]:
+def setup(admin, hosts: int, claims: int) -> tuple[str, str, str]:
+    """(rack, tenant, kind): `hosts` available hosts labelled infra-kind=<kind>, a policy, `claims` claims."""
     tag = uuid.uuid4().hex[:6]
     rack, tenant = f"bench-rack-{tag}", f"bench-tenant-{tag}"
     for name in (rack, tenant):
@@ -74,7 +75,7 @@ def setup(admin, hosts: int, claims: int) -> tuple[str, str]:
                 "spec": {"online": False, "hostSelector": {"matchLabels": {"infra-kind": tag}}},
             }
         )
-    return rack, tenant
+    return rack, tenant, tag
 
 
 def teardown(admin, rack: str, tenant: str) -> None:
@@ -129,7 +130,7 @@ def bind_run(kubeconfig: str, tenant: str, claims: int) -> tuple[float, dict]:
 
 def race(admin, controller: str, what: str, claims: int, hosts: int, runs: int) -> None:
     """`runs` concurrent runs of `what` over the same claims; prints wall time, bindings and claim conflicts."""
-    rack, tenant = setup(admin, hosts, claims)
+    rack, tenant, _kind = setup(admin, hosts, claims)
     try:
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=runs) as pool:
@@ -169,7 +170,7 @@ def main() -> int:
     try:
         print(f"{'claims':>7} {'hosts':>6} {'first run s':>12} {'per claim ms':>13} {'rerun s':>8} {'bound':>6}")
         for size in [int(n) for n in args.claims.split(",")]:
-            rack, tenant = setup(admin, size, size)
+            rack, tenant, _kind = setup(admin, size, size)
             try:
                 first, result = bind_run(controller, tenant, size)
                 rerun, again = bind_run(controller, tenant, size)
@@ -182,7 +183,7 @@ def main() -> int:
                 teardown(admin, rack, tenant)
         print(f"\n{'claims':>7} {'reconcile.yml first s':>22} {'rerun s':>8}  summary")
         for size in [int(n) for n in args.claims.split(",")]:
-            rack, tenant = setup(admin, size, size)
+            rack, tenant, _kind = setup(admin, size, size)
             try:
                 first, summary = reconcile_run(controller, tenant, size)
                 rerun, _summary = reconcile_run(controller, tenant, size)

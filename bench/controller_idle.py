@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 import urllib.request
-import uuid
 from pathlib import Path
 
 from kubernetes import config as kube_config
@@ -29,14 +28,12 @@ from kubernetes.dynamic import DynamicClient
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "controller"))
 
+from bind import api, setup, teardown  # noqa: E402 (bench/bind.py: the same rack of available hosts)
+
 from metalclaim.controller.runs import Runner  # noqa: E402
 from metalclaim.devenv.env import Devenv  # noqa: E402
 
 METAL3 = "metal3.io/v1alpha1"
-
-
-def api(client, kind, api_version=METAL3):
-    return client.resources.get(api_version=api_version, kind=kind)
 
 
 def free_port() -> int:
@@ -55,39 +52,6 @@ def floor(work: Path, runs: int = 10) -> float:
     times = [runner.run(str(playbook), {}).seconds for _run in range(runs)]
     runner.close()
     return statistics.median(times)
-
-
-def setup(admin, hosts: int) -> tuple[str, str, str]:
-    tag = uuid.uuid4().hex[:6]
-    rack, tenant, kind = f"bench-rack-{tag}", f"bench-tenant-{tag}", f"bench-{tag}"
-    for name in (rack, tenant):
-        api(admin, "Namespace", "v1").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    api(admin, "HostDeployPolicy").create(
-        body={
-            "apiVersion": METAL3,
-            "kind": "HostDeployPolicy",
-            "metadata": {"name": "policy", "namespace": rack},
-            "spec": {"hostclaimNamespaces": {"names": [tenant]}},
-        }
-    )
-    bmh = api(admin, "BareMetalHost")
-    for index in range(hosts):
-        name = f"h{index:04d}"
-        bmh.create(
-            body={
-                "apiVersion": METAL3,
-                "kind": "BareMetalHost",
-                "metadata": {"name": name, "namespace": rack, "labels": {"infra-kind": kind}},
-                "spec": {"online": False, "bmc": {"address": "redfish+http://127.0.0.1:9/x", "credentialsName": "x"}},
-            }
-        )
-        bmh.status.patch(
-            body={"status": {"provisioning": {"state": "available"}, "operationalStatus": "OK", "poweredOn": False}},
-            name=name,
-            namespace=rack,
-            content_type="application/merge-patch+json",
-        )
-    return rack, tenant, kind
 
 
 def claim(admin, tenant: str, kind: str, name: str) -> None:
@@ -131,7 +95,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="metalclaim-bench-"))
     f = floor(work)
     print(f"floor F (one-task debug playbook through the runner): {f:.3f} s")
-    rack, tenant, kind = setup(admin, args.claims + args.burst)
+    rack, tenant, kind = setup(admin, args.claims + args.burst, 0)
     metrics_port, health_port = free_port(), free_port()
     controller = subprocess.Popen(
         [
@@ -192,15 +156,7 @@ def main() -> int:
     finally:
         controller.send_signal(signal.SIGTERM)
         controller.wait(30)
-        for name in (rack, tenant):
-            for item in api(admin, "HostClaim").get(namespace=name).to_dict()["items"]:
-                api(admin, "HostClaim").patch(
-                    body={"metadata": {"finalizers": None}},
-                    name=item["metadata"]["name"],
-                    namespace=name,
-                    content_type="application/merge-patch+json",
-                )
-            api(admin, "Namespace", "v1").delete(name=name)
+        teardown(admin, rack, tenant)
     return 0
 
 

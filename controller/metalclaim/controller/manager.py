@@ -23,6 +23,7 @@ from .reflector import Reflector, Store
 from .runs import Runner
 from .workqueue import LIVE, RESYNC, WorkQueue
 
+COLLECTION = "metalclaim.hostclaim"
 LOG = logging.getLogger("metalclaim.controller")
 
 
@@ -115,6 +116,7 @@ class Controller:
     def _observe_association(self, old, new) -> None:
         """create -> Association=True, as a tenant watching the claim sees it (a histogram)."""
         if new is None:
+            self._started_at.pop(mapper.key_of(mapper.CLAIM, old), None)  # deleted before it was associated
             return
         key = mapper.key_of(mapper.CLAIM, new)
         conditions = {c.get("type"): c for c in (new.get("status") or {}).get("conditions") or []}
@@ -157,9 +159,9 @@ class Controller:
                 log("run_failed", playbook=name, task=failure["task"], message=failure["msg"], keys=_shown(keys))
             found = outcomes.failed_run(keys, report.status)
         elif group == mapper.CLAIM:
-            found = outcomes.claim_outcomes(keys, _module_result(report.results, "hostclaim_reconcile"))
+            found = outcomes.claim_outcomes(keys, report.results.get(f"{COLLECTION}.hostclaim_reconcile", {}))
         else:
-            found = outcomes.host_outcomes(keys, _module_result(report.results, "bmh_redfish"))
+            found = outcomes.host_outcomes(keys, report.results.get(f"{COLLECTION}.bmh_redfish", {}))
         for key, outcome in found.items():
             self.metrics.reconciles.labels(name, outcome.result).inc()
             if outcome.result == outcomes.RETRY:
@@ -291,17 +293,6 @@ class Controller:
         if self.leader is not None and self._leader_thread is not threading.current_thread():
             self._leader_thread.join(5)
         log("stopped")
-
-
-def _module_result(results: dict, module: str) -> dict:
-    """The registered result of the playbook's module task (the role names it after the module's step)."""
-    for task, result in results.items():
-        if isinstance(result, dict) and (module in task or result.get("invocation", {}).get("module_name") == module):
-            return result
-    for result in results.values():
-        if isinstance(result, dict) and ("hosts" in result if module == "bmh_redfish" else "bind" in result):
-            return result
-    return {}
 
 
 def _shown(keys: list, limit: int = 20) -> list[str]:

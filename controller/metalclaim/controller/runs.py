@@ -30,7 +30,7 @@ class RunReport:
     status: str  # ansible-runner's: successful, failed, timeout, canceled; "error" when the child failed
     rc: int | None
     seconds: float
-    results: dict = field(default_factory=dict)  # registered module results by task name (the last one per task)
+    results: dict = field(default_factory=dict)  # module results by module (resolved FQCN; the last one per module)
     failures: list = field(default_factory=list)  # [{"task", "msg"}] of failed tasks
 
 
@@ -75,7 +75,7 @@ def _serve(conn, private_data_dir: str, envvars: dict, settings: dict, keep_arti
             for event in runner.events:
                 data = event.get("event_data") or {}
                 if event.get("event") in ("runner_on_ok", "runner_on_failed"):
-                    results[data.get("task", "")] = data.get("res") or {}
+                    results[data.get("resolved_action") or data.get("task_action", "")] = data.get("res") or {}
                 if event.get("event") == "runner_on_failed" and not data.get("ignore_errors"):
                     failures.append({"task": data.get("task", ""), "msg": str((data.get("res") or {}).get("msg", ""))})
             report = {"status": runner.status, "rc": runner.rc, "results": results, "failures": failures}
