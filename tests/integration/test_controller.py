@@ -6,15 +6,7 @@ playbook. Each reaction must come within seconds, not at the next resync (set to
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,7 +14,8 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from tests.claimlayer import TENANT_A, Rack
+from tests.claimlayer import TENANT_A
+from tests.controllerproc import ControllerProcess, associated, association, claim_side, runs_of
 from tests.site import TENANT
 from tests.support import REPO_ROOT, eventually, run_playbook
 
@@ -30,110 +23,11 @@ pytestmark = pytest.mark.integration
 REACTION = 20  # seconds: a run is ~1-2 s of ansible-runner; generous for a loaded CI machine
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ControllerProcess:
-    def __init__(self, devenv, tmp_path, *args: str, kubeconfig_identity: str | None = "controller"):
-        self.metrics_port, self.health_port = _port(), _port()
-        tmp_path.mkdir(parents=True, exist_ok=True)
-        self.log = open(tmp_path / "controller.log", "w+")  # noqa: SIM115 (closed in stop())
-        env = {
-            **os.environ,
-            "ANSIBLE_COLLECTIONS_PATH": str(REPO_ROOT / ".collections"),
-            "METALCLAIM_RESYNC_PERIOD": "3600",
-        }
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "metalclaim.controller",
-                *(["--kubeconfig", devenv.kubeconfig(kubeconfig_identity)] if kubeconfig_identity else []),
-                "--private-data-dir",
-                str(tmp_path / "runner"),
-                "--metrics-bind-address",
-                f"127.0.0.1:{self.metrics_port}",
-                "--health-probe-bind-address",
-                f"127.0.0.1:{self.health_port}",
-                *args,
-            ],
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        eventually(lambda: self.get(self.health_port, "/readyz")[0] == 200, timeout=30, message="controller ready")
-
-    def get(self, port: int, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, ""
-        except OSError:
-            assert self.process.poll() is None, self.output()
-            return 0, ""
-
-    def metric(self, name: str, **labels) -> float:
-        """Sum of a metric's samples whose labels include `labels`."""
-        _status, text = self.get(self.metrics_port, "/metrics")
-        total = 0.0
-        for line in text.splitlines():
-            match = re.match(rf"^{name}(?:\{{(.*)\}})? (\S+)$", line)
-            if match and all(f'{k}="{v}"' in (match.group(1) or "") for k, v in labels.items()):
-                total += float(match.group(2))
-        return total
-
-    def output(self, full: bool = False) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        text = self.log.read()
-        return text if full else text[-5000:]
-
-    def stop(self) -> float:
-        started = time.monotonic()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        self.log.close()
-        return time.monotonic() - started
-
-
-def claim_side(rack: Rack, leader_elect: bool = False) -> list[str]:
-    """Options of a controller serving the rack's hosts, without the provisioner (the rack's hosts have no BMC)."""
-    options = ["--infra-namespaces", rack.namespace, "--provision", "false"]
-    if leader_elect:
-        options += ["--leader-elect", "true", "--leader-election-id", f"test-{rack.namespace}"]
-    return options
-
-
 @pytest.fixture
 def controller(devenv, rack, tmp_path):
     process = ControllerProcess(devenv, tmp_path, *claim_side(rack))
     yield process
     process.stop()
-
-
-def association(rack: Rack, name: str) -> str | None:
-    status = rack.read_claim(name).get("status") or {}
-    return next((c["status"] for c in status.get("conditions") or [] if c["type"] == "Association"), None)
-
-
-def associated(rack: Rack, name: str) -> bool:
-    return association(rack, name) == "True"
-
-
-def runs_of(controller: ControllerProcess, key: str) -> int:
-    """Runs whose batch held `key` ("claim/<namespace>/<name>"), from the controller's JSON log."""
-    return sum(
-        1 for line in controller.output(full=True).splitlines() if '"event": "run"' in line and f'"{key}"' in line
-    )
 
 
 def test_a_claim_binds_with_nobody_running_a_playbook(controller, rack):
