@@ -14,13 +14,15 @@ from .processes import DevenvError, free_port, http_ok, spawn, stop_process_grou
 BUILD_SCRIPT = Path(__file__).with_name("build-controlplane.sh")
 
 # Who is who in the devenv: user name, groups. Tenants and infra get their rights
-# from RoleBindings, the controller from the deploy manifests' ClusterRole.
+# from RoleBindings; the controller's two sides (claims, provisioner) from the deploy
+# manifests' ClusterRoles and the per-namespace RoleBindings of env.tenancy_objects.
 IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "admin": ("admin", ("system:masters",)),
     "infra": ("infra", ("metalclaim:infra",)),
     "tenant-a": ("tenant-a", ("metalclaim:tenants",)),
     "tenant-b": ("tenant-b", ("metalclaim:tenants",)),
     "controller": ("metalclaim-controller", ("metalclaim:controllers",)),
+    "provisioner": ("metalclaim-provisioner", ("metalclaim:controllers",)),
 }
 
 KCM_CONTROLLERS = (
@@ -167,15 +169,7 @@ class ControlPlane:
             log_file,
         )
         admin = ca.issue("admin", *IDENTITIES["admin"])
-        context = ssl.create_default_context(cafile=str(ca.cert_path))
-        context.load_cert_chain(str(admin.cert), str(admin.key))
-        wait_until(
-            lambda: http_ok(f"https://127.0.0.1:{ports['apiserver']}/readyz", context),
-            "kube-apiserver",
-            120,
-            pid,
-            log_file,
-        )
+        _wait_apiserver_ready(f"https://127.0.0.1:{ports['apiserver']}", ca.cert_path, admin, pid, log_file)
         return pid
 
     def _write_kubeconfigs(self, ca: CertificateAuthority, server: str) -> dict[str, str]:
@@ -227,3 +221,43 @@ class ControlPlane:
             log_file,
         )
         return pid
+
+
+def _wait_apiserver_ready(server: str, ca: Path, admin: KeyPair, pid: int, log_file: Path) -> None:
+    context = ssl.create_default_context(cafile=str(ca))
+    context.load_cert_chain(str(admin.cert), str(admin.key))
+    wait_until(lambda: http_ok(f"{server}/readyz", context), "kube-apiserver", 120, pid, log_file)
+
+
+def stop_apiserver(state: dict) -> list[str]:
+    """Stop a running devenv's kube-apiserver (etcd and the rest keep running, as in a control-plane upgrade).
+
+    Returns the command line it ran with, read from /proc, for start_apiserver: the same flags, ports,
+    certificates and etcd, so every kubeconfig and client stays valid across the restart.
+    """
+    pid = state["pids"]["kube-apiserver"]
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError as error:
+        raise DevenvError(f"kube-apiserver (pid {pid}) is not running: {error}") from error
+    stop_process_group(pid)
+    return [arg.decode() for arg in argv]
+
+
+def start_apiserver(state: dict, argv: list[str]) -> int:
+    """Start kube-apiserver with `argv` (from stop_apiserver), wait for its /readyz as admin, record its pid
+    in state["pids"]; the caller saves the state (Devenv.save) so `down` and later users see the new pid."""
+    log_file = Path(state["logs"]) / "kube-apiserver.log"
+    pid = spawn(argv, log_file)
+    admin = json.loads(Path(state["kubeconfigs"]["admin"]).read_text())["users"][0]["user"]
+    pair = KeyPair(Path(admin["client-certificate"]), Path(admin["client-key"]))
+    try:
+        _wait_apiserver_ready(state["apiserver"], Path(state["ca"]), pair, pid, log_file)
+    finally:
+        state["pids"]["kube-apiserver"] = pid  # recorded even if not ready, so `down` stops it
+    return pid
+
+
+def restart_apiserver(state: dict) -> int:
+    """Stop and start the devenv's kube-apiserver with the same command line; returns the new pid."""
+    return start_apiserver(state, stop_apiserver(state))
