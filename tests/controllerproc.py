@@ -23,20 +23,27 @@ def _port() -> int:
 
 
 class ControllerProcess:
-    def __init__(self, devenv, tmp_path, *args: str, kubeconfig_identity: str | None = "controller"):
+    def __init__(
+        self,
+        devenv,
+        tmp_path,
+        *args: str,
+        kubeconfig_identity: str | None = "controller",
+        command: tuple[str, ...] = (sys.executable, "-m", "metalclaim.controller"),
+        env: dict[str, str] | None = None,
+        cwd=None,
+    ):
+        """command, env (the whole environment) and cwd run another install of the controller; by default
+        this checkout's, with its collections path."""
         self.metrics_port, self.health_port = _port(), _port()
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.log = open(tmp_path / "controller.log", "w+")  # noqa: SIM115 (closed in stop())
-        env = {
-            **os.environ,
-            "ANSIBLE_COLLECTIONS_PATH": str(REPO_ROOT / ".collections"),
-            "METALCLAIM_RESYNC_PERIOD": "3600",
-        }
+        if env is None:
+            env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO_ROOT / ".collections")}
+        env = {**env, "METALCLAIM_RESYNC_PERIOD": "3600"}
         self.process = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "metalclaim.controller",
+                *command,
                 *(["--kubeconfig", devenv.kubeconfig(kubeconfig_identity)] if kubeconfig_identity else []),
                 "--private-data-dir",
                 str(tmp_path / "runner"),
@@ -47,6 +54,7 @@ class ControllerProcess:
                 *args,
             ],
             env=env,
+            cwd=cwd,
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
