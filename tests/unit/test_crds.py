@@ -490,7 +490,7 @@ def test_admission_bindings_name_their_policy_and_parameters():
         policy = policies[binding["spec"]["policyName"]]
         assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert policy["spec"]["failurePolicy"] == "Fail"
-        assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["hostclaims"]
+        assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] in (["hostclaims"], ["secrets"])
         if "paramKind" in policy["spec"]:
             ref = binding["spec"]["paramRef"]
             param = kinds[policy["spec"]["paramKind"]["kind"]][ref["name"]]
@@ -520,3 +520,30 @@ def test_finalizer_parameters_default_to_the_controller_and_break_glass():
     defaults = yaml.safe_load((REPO / "roles" / "hostclaim_install" / "defaults" / "main.yml").read_text())
     assert defaults["hostclaim_install_finalizer_users"] == controller_users
     assert defaults["hostclaim_install_finalizer_groups"] == ["system:masters"]
+
+
+def test_the_claim_layer_names_the_secret_policies_and_their_label():
+    # The claim layer recognises these policies' refusals as "the copy's name is taken" by their names.
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import secrets
+
+    policies = {o["metadata"]["name"]: o for o in admission_objects() if o["kind"] == "ValidatingAdmissionPolicy"}
+    assert set(secrets.COPY_POLICIES) <= set(policies)
+    for name in secrets.COPY_POLICIES:
+        text = yaml.safe_dump(policies[name]["spec"])
+        assert f"'{secrets.COPY_OF_LABEL}'" in text
+        [rule] = policies[name]["spec"]["matchConstraints"]["resourceRules"]
+        assert (rule["apiGroups"], rule["resources"]) == ([""], ["secrets"])
+    copy_only_on_create = policies["metalclaim-secret-copy-on-create"]["spec"]
+    assert copy_only_on_create["matchConstraints"]["resourceRules"][0]["operations"] == ["UPDATE"]
+    assert "paramKind" not in copy_only_on_create  # no parameters: it holds for everyone
+    guard = policies["metalclaim-claim-side-secrets"]["spec"]
+    assert guard["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE", "DELETE"]
+
+
+def test_claim_side_secret_guard_parameters_name_the_controller_and_no_group():
+    [params] = admission_docs("claim_secrets_params.yaml")
+    [finalizer_params] = admission_docs("finalizer_params.yaml")
+    # The same identities as may release a host: the controller (devenv user, ServiceAccount).
+    assert params["data"] == {"users": finalizer_params["data"]["users"], "groups": ""}
+    [binding] = admission_docs("claim_secrets_binding.yaml")
+    assert binding["spec"]["paramRef"]["name"] == params["metadata"]["name"]
