@@ -13,9 +13,20 @@ pytestmark = pytest.mark.integration
 def test_delete_releases_a_cleaned_host_that_another_tenant_then_gets(devenv, clients, rack, tmp_path):
     rack.policy()
     rack.host("h1")
-    rack.claim("first")
+    user_data = f"{rack.namespace}-first-userdata"
+    rack.api("tenant-a", "Secret", "v1").create(
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": user_data, "namespace": TENANT_A},
+            "stringData": {"userData": "#cloud-config"},
+        }
+    )
+    rack.claim("first", userData={"name": user_data})
     step("hostclaim_bind", devenv, tmp_path, rack)
-    # The host gets provisioned with the tenant's image and data, as the sync step and provisioner would.
+    step("hostclaim_secrets", devenv, tmp_path, rack)  # the copy h1-userdata, recorded on the host
+    assert "metalclaim.io/copies" in rack.read_host("h1")["metadata"]["annotations"]
+    # The host gets provisioned with the tenant's image, as the sync step and provisioner would.
     hosts = rack.api("admin", "BareMetalHost")
     hosts.patch(
         body={
@@ -24,24 +35,21 @@ def test_delete_releases_a_cleaned_host_that_another_tenant_then_gets(devenv, cl
                 "online": True,
                 "automatedCleaningMode": "disabled",
                 "image": {"url": "http://127.0.0.1/img.qcow2", "checksum": "abc", "format": "qcow2"},
-                "userData": {"name": "h1-userdata", "namespace": rack.namespace},
             },
         },
         name="h1",
         namespace=rack.namespace,
         content_type="application/merge-patch+json",
     )
-    first_uid = rack.read_claim("first")["metadata"]["uid"]
-    for name, labels in (("h1-userdata", {"metalclaim.io/copy-of-claim": first_uid}), ("h1-networkdata", {})):
-        # The secrets step's copy, and a Secret of a copy's name made by hand (not ours: never touched).
-        rack.api("admin", "Secret", "v1").create(
-            body={
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": rack.namespace, "labels": labels},
-                "stringData": {"userData": "#cloud-config"},
-            }
-        )
+    # A Secret of a copy's name made by hand (not ours, not recorded: never touched).
+    rack.api("admin", "Secret", "v1").create(
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "h1-networkdata", "namespace": rack.namespace},
+            "stringData": {"networkData": "infra's own"},
+        }
+    )
     rack.set_state("h1", "provisioned")
 
     rack.api("tenant-a", "HostClaim").delete(name="first", namespace=TENANT_A)
@@ -74,6 +82,7 @@ def test_delete_releases_a_cleaned_host_that_another_tenant_then_gets(devenv, cl
     with pytest.raises(ApiException) as deleted:
         rack.read_claim("first")
     assert deleted.value.status == 404
+    rack.api("tenant-a", "Secret", "v1").delete(name=user_data, namespace=TENANT_A)
 
     assert step("hostclaim_bind", devenv, tmp_path, rack)["bound"] == 1
     second = rack.read_claim("second", TENANT_B)

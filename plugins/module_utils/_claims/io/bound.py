@@ -3,9 +3,10 @@
 """hostclaim_secrets and hostclaim_sync: keep a bound claim and its host in step. I/O edge.
 
 For each bound claim: read what the plans need (the tenant Secrets it references, once
-per run; the copies beside its host, one list per infra namespace), plan with the pure
-_claim_secrets / _claim_sync code, then write at most one host update, one claim metadata
-update and the copies that differ. The claim's status goes to the run's StatusBook.
+per run, in the claim's own namespace; never a Secret beside the host: what was copied there
+is recorded on the host), plan with the pure _claims/pure/secrets and sync code, then write
+the copies that differ and at most one host update (its data refs and the record of the
+copies with them) and one claim metadata update. The claim's status goes to the run's StatusBook.
 
 `parts` says which half runs: "secrets" (copies, the host's data refs, the Synchronization
 condition) and/or "sync" (online, image, reboot requests, copied metadata, poweredOn,
@@ -26,10 +27,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import CopyRules, copy_rules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
-    COPY_OF_LABEL,
     SYNCED,
-    copied_secret_name,
+    annotations_with_records,
+    name_taken,
     plan_copies,
+    refused_as_no_copy,
     wanted_source,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.sync import (
@@ -39,6 +41,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
     AlreadyExistsError,
     ConflictError,
+    RefusedError,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
@@ -62,16 +65,9 @@ def sync_bound(run, parts: tuple[str, ...]) -> dict:
     kube = run.kube
     policies = kube.list(API_VERSION, "HostDeployPolicy") if pairs else []
     labels = namespace_labels(kube) if pairs else {}
-    copies: dict = {}
-    if SECRETS in parts:
-        # Our copies, one list call per infra namespace; tenant Secrets are only ever read by name
-        # (those the claim references, in the claim's own namespace).
-        for namespace in sorted({binding.key(host)[0] for _claim, host in pairs}):
-            for secret in kube.list("v1", "Secret", namespace, label_selector=COPY_OF_LABEL):
-                copies[binding.key(secret)] = secret
     outcome = step_each(
         pairs,
-        lambda claim, host: _sync_one(run, claim, host, parts, policies, labels, copies),
+        lambda claim, host: _sync_one(run, claim, host, parts, policies, labels),
         reread_bound(run),
     )
     problems = sorted({p for r in outcome["claims"] for p in r.get("metadata_copy_problems", [])})
@@ -80,7 +76,7 @@ def sync_bound(run, parts: tuple[str, ...]) -> dict:
     return outcome
 
 
-def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict, copies: dict) -> dict:
+def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict) -> dict:
     namespace, name = binding.key(claim)
     host_ns, host_name = binding.key(host)
     result = {"namespace": namespace, "name": name, "host": f"{host_ns}/{host_name}", "changed": False}
@@ -90,7 +86,7 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict,
     sync = plan_sync(claim, host, authorized, rules)
     copies_plan = None
     if SECRETS in parts:
-        copies_plan = plan_copies(claim, host, *_observe_copies(run, claim, host, copies))
+        copies_plan = plan_copies(claim, host, _sources(run, claim))
 
     # Status first: for a claim this run just bound, the status write commits the binding
     # (or gives the host back), so nothing of the tenant's reaches a host before it.
@@ -105,13 +101,22 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict,
         if sync.host_annotations is not None:
             new_host["metadata"]["annotations"] = sync.host_annotations
     if copies_plan is not None:
+        taken = _write_copies(run, copies_plan, host, result)
+        if taken:
+            # Known only from the write: the claim's status says so (a second status write for a claim
+            # this run just bound, whose status had to be written before anything was copied).
+            copies_plan.failures.extend(taken)
+            run.book.amend(claim, [_synchronization(run, claim, sync, copies_plan, result)])
         result["copies"] = copies_plan.copies
-        _write_copies(run, copies_plan, host_ns, copies, result)
         for role in DATA_ROLES:
             if role in copies_plan.host_spec:
                 new_host["spec"][role] = copies_plan.host_spec[role]
             else:
                 new_host["spec"].pop(role, None)
+        annotations = new_host["metadata"].get("annotations") or {}
+        recorded = annotations_with_records(annotations, copies_plan.records)
+        if recorded != annotations:
+            new_host["metadata"]["annotations"] = recorded
     if new_host != host:
         result["changed"] = True
         if not run.check_mode:
@@ -133,48 +138,80 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict,
     return result
 
 
-def _observe_copies(run, claim: dict, host: dict, copies: dict) -> tuple[dict, dict]:
-    """(tenant Secrets by role, Secrets of the copies' names by role) for plan_copies."""
+def _sources(run, claim: dict) -> dict:
+    """role -> the tenant Secret the claim references for it (None when absent), read in the claim's namespace."""
     namespace = claim["metadata"]["namespace"]
-    host_ns, host_name = binding.key(host)
-    sources, existing = {}, {}
+    sources = {}
     for role in DATA_ROLES:
-        copy_name = copied_secret_name(host_name, role)
-        existing[role] = copies.get((host_ns, copy_name))
         source_name = wanted_source(claim, role)
-        if source_name is None:
-            continue
-        sources[role] = run.secret(namespace, source_name)
-        if existing[role] is None and sources[role] is not None:
-            # Not one of our copies: before creating it, see whether someone else's Secret has its name.
-            existing[role] = run.kube.get("v1", "Secret", copy_name, host_ns)
-    return sources, existing
+        if source_name is not None:
+            sources[role] = run.secret(namespace, source_name)
+    return sources
 
 
-def _write_copies(run, plan, host_ns: str, copies: dict, result: dict) -> None:
-    if plan.create or plan.replace or plan.delete:
+def _write_copies(run, plan, host: dict, result: dict) -> list[tuple[str, str]]:
+    """Write the plan's copies and deletes, filling in plan.records; the failures of copies whose name is taken.
+
+    A copy whose name is taken is dropped from the plan (no record, no host ref, not in plan.copies).
+    """
+    host_ns, host_name = binding.key(host)
+    taken = []
+    for write in plan.writes:
+        name = write.secret["metadata"]["name"]
+        if not run.check_mode:
+            written = _write_copy(run, write.secret, recorded=write.recorded is not None)
+            if written is None:
+                taken.append(name_taken(write.role, host_name))
+                del plan.records[write.role]
+                plan.copies.remove(f"{host_ns}/{name}")
+                if (plan.host_spec.get(write.role) or {}).get("name") == name:
+                    del plan.host_spec[write.role]
+                continue
+            plan.records[write.role]["uid"] = written["metadata"]["uid"]
         result["changed"] = True
-    for secret in plan.create:
+        # Never read, so never shown: what was there is known only by the digest recorded on the host.
+        before = None if write.recorded is None else {**_shown(write.secret), "digest": write.recorded["digest"]}
+        after = {**write.secret, "digest": plan.records[write.role]["digest"]} if before else write.secret
+        run.record("Secret", before, after, secret=True)
+    for name, uid in plan.delete:
+        result["changed"] = True
         if not run.check_mode:
             try:
-                written = run.kube.create(secret)
-            except AlreadyExistsError as error:
-                # Created since we looked (a concurrent run): read again and decide on what is there.
-                raise ConflictError(str(error)) from error
-            copies[binding.key(written)] = written
-        run.record("Secret", None, secret, secret=True)
-    for secret in plan.replace:
-        before = copies.get(binding.key(secret))
-        if not run.check_mode:
-            copies[binding.key(secret)] = run.kube.replace(secret)
-        run.record("Secret", before, secret, secret=True)
-    for name in plan.delete:
-        before = copies.get((host_ns, name))
-        if not run.check_mode:
-            run.kube.delete("v1", "Secret", name, host_ns)
-            copies.pop((host_ns, name), None)
-        if before is not None:
-            run.record("Secret", before, None, secret=True)
+                run.kube.delete("v1", "Secret", name, host_ns, uid=uid)  # not ours any more (other uid): left alone
+            except RefusedError as error:
+                if not refused_as_no_copy(error.server_message):
+                    raise
+        run.record("Secret", {"metadata": {"name": name, "namespace": host_ns, "uid": uid}}, None, secret=True)
+    return taken
+
+
+def _write_copy(run, secret: dict, recorded: bool) -> dict | None:
+    """Create or replace one copy; what the server stored, or None when the name is held by a Secret
+    metalclaim did not make (the admission policies refuse to turn it into a copy)."""
+    try:
+        if not recorded:
+            try:
+                return run.kube.create(secret)
+            except AlreadyExistsError:
+                pass  # our copy, written by a run stopped before its host write, or somebody else's: PUT decides
+        try:
+            return run.kube.replace(secret)  # no resourceVersion, no uid: whatever holds the name
+        except ConflictError:
+            pass  # recorded but deleted since (by hand): copy it again
+        try:
+            return run.kube.create(secret)
+        except AlreadyExistsError as error:
+            # Created since (a concurrent run): read the claim and host again and decide on what is there.
+            raise ConflictError(str(error)) from error
+    except RefusedError as error:
+        if refused_as_no_copy(error.server_message):
+            return None
+        raise
+
+
+def _shown(secret: dict) -> dict:
+    """A copy without its values, for the before side of a diff."""
+    return {key: value for key, value in secret.items() if key != "data"}
 
 
 def _status(run, claim: dict, sync, copies_plan, parts, result: dict) -> tuple[list, dict]:
@@ -189,26 +226,31 @@ def _status(run, claim: dict, sync, copies_plan, parts, result: dict) -> tuple[l
         if sync.provisioned[1] == "True" and before.get("status") != "True":
             run.event(claim, "Normal", "Provisioned", f"BareMetalHost {result['host']} is {sync.provisioned[2]}")
     if SECRETS in parts:
-        # Synchronization covers the claim's whole spec: its data, and what the host cannot take now.
-        # A lost authorization first: it explains the rest.
-        revoked = [f for f in sync.failures if f[0] == AUTHORIZATION_REVOKED]
-        failures = [*revoked, *copies_plan.failures, *(f for f in sync.failures if f not in revoked)]
-        if failures:
-            sync_condition = (
-                cond.SYNCHRONIZATION,
-                "False",
-                failures[0][0],
-                "; ".join(message for _reason, message in failures),
-            )
-        else:
-            sync_condition = (cond.SYNCHRONIZATION, "True", SYNCED, "")
-        conditions.append(sync_condition)
-        previous = cond.find(status_conditions, cond.SYNCHRONIZATION) or {}
-        if failures and (previous.get("reason"), previous.get("message")) != sync_condition[2:]:
-            run.event(claim, "Warning", sync_condition[2], sync_condition[3])
-        result["synchronized"] = not failures
-        if failures:
-            result["message"] = sync_condition[3]
+        conditions.append(_synchronization(run, claim, sync, copies_plan, result))
     elif sync.failures:
         result["message"] = "; ".join(message for _reason, message in sync.failures)
     return conditions, updates
+
+
+def _synchronization(run, claim: dict, sync, copies_plan, result: dict) -> tuple[str, str, str, str]:
+    """The Synchronization condition; a Warning Event when its failure is new."""
+    # Synchronization covers the claim's whole spec: its data, and what the host cannot take now.
+    # A lost authorization first: it explains the rest.
+    revoked = [f for f in sync.failures if f[0] == AUTHORIZATION_REVOKED]
+    failures = [*revoked, *copies_plan.failures, *(f for f in sync.failures if f not in revoked)]
+    if failures:
+        sync_condition = (
+            cond.SYNCHRONIZATION,
+            "False",
+            failures[0][0],
+            "; ".join(message for _reason, message in failures),
+        )
+    else:
+        sync_condition = (cond.SYNCHRONIZATION, "True", SYNCED, "")
+    previous = cond.find((claim.get("status") or {}).get("conditions"), cond.SYNCHRONIZATION) or {}
+    if failures and (previous.get("reason"), previous.get("message")) != sync_condition[2:]:
+        run.event(claim, "Warning", sync_condition[2], sync_condition[3])
+    result["synchronized"] = not failures
+    if failures:
+        result["message"] = sync_condition[3]
+    return sync_condition

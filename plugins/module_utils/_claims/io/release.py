@@ -6,7 +6,9 @@ Order matters: the host is first stripped of everything the tenant gave it (imag
 data Secrets and their copies, reboot annotations) and told to power off and clean
 its disks' metadata; only once its provisioner reports it `available` again is its
 consumerRef cleared (so nobody can bind a dirty host) and then the claim's finalizer
-removed.
+removed. The copies are those the host's record names (metalclaim.io/copies), deleted
+by name with their recorded uid as a precondition; the host write that scrubs it drops
+the record: no Secret beside the host is ever read or listed.
 
 A host whose consumerRef names a HostClaim that no longer exists (or exists with another
 uid: deleted and re-created) is orphaned: say its claim's finalizer was removed by hand.
@@ -21,10 +23,12 @@ import copy
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import select_claims, step_each
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
-    COPY_OF_LABEL,
+    COPIES_ANNOTATION,
     copied_secret_name,
+    recorded_copies,
+    refused_as_no_copy,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, RefusedError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     API_VERSION,
     DATA_ROLES,
@@ -34,7 +38,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 
 
 def scrubbed_spec(host: dict) -> dict:
-    """The host as it must be before it is given back: no tenant data, off, metadata cleaning on."""
+    """The host as it must be before it is given back: no tenant data (nor record of its copies), off, metadata
+    cleaning on."""
     scrubbed = copy.deepcopy(host)
     spec = scrubbed["spec"]
     for name in ("image", *DATA_ROLES):
@@ -44,6 +49,7 @@ def scrubbed_spec(host: dict) -> dict:
     annotations = scrubbed["metadata"].get("annotations") or {}
     for name in [a for a in annotations if a == REBOOT_ANNOTATION or a.startswith(REBOOT_ANNOTATION + "/")]:
         del annotations[name]
+    annotations.pop(COPIES_ANNOTATION, None)
     return scrubbed
 
 
@@ -122,10 +128,26 @@ def _release(run, claim: dict, own: list[dict]) -> dict:
 
 
 def _give_back_clean(run, host: dict, claim: dict | None) -> dict:
-    """Scrub the host and delete our copies; once it is free again, clear its consumerRef."""
+    """Delete our copies and scrub the host; once it is free again, clear its consumerRef."""
     kube, check_mode = run.kube, run.check_mode
     host_ns, host_name = binding.key(host)
     result = {"changed": False}
+    # The copies the host records, each only if it still is the Secret we wrote (its uid): a Secret
+    # of a copy's name that we did not make is never deleted. Before the scrub, which drops the
+    # record: a run stopped in between deletes them again (gone: nothing to do) next time.
+    for role, record in sorted(recorded_copies(host).items()):
+        if not record["uid"]:
+            continue  # nothing proves the Secret of that name is ours
+        name = copied_secret_name(host_name, role)
+        result["changed"] = True
+        if not check_mode:
+            try:
+                kube.delete("v1", "Secret", name, host_ns, uid=record["uid"])
+            except RefusedError as error:  # labelled ours no more: not ours to delete
+                if not refused_as_no_copy(error.server_message):
+                    raise
+        shown = {"metadata": {"name": name, "namespace": host_ns, "uid": record["uid"]}}
+        run.record("Secret", shown, None, secret=True)
     scrubbed = scrubbed_spec(host)
     if scrubbed != host:
         result["changed"] = True
@@ -133,15 +155,6 @@ def _give_back_clean(run, host: dict, claim: dict | None) -> dict:
         if not check_mode:
             host = kube.replace(scrubbed)
         run.record("BareMetalHost", before, scrubbed)
-    # Our copies only (labelled as ours), never a Secret of a copy's name that we did not make.
-    copies = kube.list("v1", "Secret", host_ns, label_selector=COPY_OF_LABEL)
-    for secret in sorted(copies, key=binding.key):
-        name = binding.key(secret)[1]
-        if name in {copied_secret_name(host_name, role) for role in DATA_ROLES}:
-            result["changed"] = True
-            if not check_mode:
-                kube.delete("v1", "Secret", name, host_ns)
-            run.record("Secret", secret, None, secret=True)
     state = ((host.get("status") or {}).get("provisioning") or {}).get("state", "")
     if state not in FREE_STATES:
         result["state"] = "waiting"

@@ -58,11 +58,12 @@ class Snapshot:
     def create(self, obj: dict) -> dict:
         return self._remember(self._kube.create(obj))
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
-        self._kube.delete(api_version, kind, name, namespace)
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, uid: str = "") -> bool:
+        deleted = self._kube.delete(api_version, kind, name, namespace, uid=uid)
         for (list_api, list_kind, list_ns, _selector), objects in self._lists.items():
             if (list_api, list_kind) == (api_version, kind) and list_ns in (None, namespace):
                 objects.pop((namespace or "", name), None)
+        return deleted
 
     def _remember(self, written: dict) -> dict:
         api_version, kind = written.get("apiVersion"), written.get("kind")

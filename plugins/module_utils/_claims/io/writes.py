@@ -76,6 +76,21 @@ class StatusBook:
         if result is not None:
             entry.results.append(result)
 
+    def amend(self, claim: dict, conditions: list[tuple[str, str, str, str]]) -> None:
+        """Conditions a step learned after it noted the claim (from a write it made since).
+
+        A claim whose status this run already wrote (the commit of a binding made by this run)
+        is written once more by the last flush; the binding is committed by then, so that write
+        is an ordinary one.
+        """
+        entry = self._entry(claim)
+        for type_, status, reason, message in conditions:
+            entry.conditions[type_] = (status, reason, message)
+        if entry.written:
+            entry.written = False
+            entry.give_back, entry.on_commit = None, []
+            entry.decided_on = recorded_host(entry.claim)
+
     def committing(self, claim: dict, give_back, on_commit) -> None:
         """This run took a host for `claim`: its status write commits the binding (then on_commit()) or
         give_back() undoes it."""

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import collections
+import json
 import os
 import threading
 import traceback
@@ -87,6 +88,17 @@ class ConflictError(KubeError):
 
 class AlreadyExistsError(KubeError):
     """create() of an object whose name is taken."""
+
+
+class RefusedError(KubeError):
+    """A write refused as forbidden or invalid (403/422): by RBAC, validation or an admission policy.
+
+    `server_message` is the API server's own message (an admission policy's names the policy and says why).
+    """
+
+    def __init__(self, message: str, server_message: str = ""):
+        super().__init__(message)
+        self.server_message = server_message
 
 
 class KubeConfigError(Exception):
@@ -291,10 +303,13 @@ class Kube:
         self._resources_lock = threading.Lock()
         # Requests sent, by verb (list, get, create, replace, patch, delete): what a run cost.
         self.calls: collections.Counter = collections.Counter()
+        # The same, by (verb, kind, namespace or None): which objects were read or written where.
+        self.requests: collections.Counter = collections.Counter()
 
-    def _count(self, verb: str) -> None:
+    def _count(self, verb: str, kind: str = "", namespace: str | None = None) -> None:
         with self._resources_lock:  # bmh_redfish's workers share this client
             self.calls[verb] += 1
+            self.requests[(verb, kind, namespace)] += 1
 
     def writes(self) -> int:
         """Requests sent that change something."""
@@ -311,7 +326,7 @@ class Kube:
         self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
     ) -> list[dict]:
         """Every object of a kind (in a namespace or cluster-wide, matching label_selector if given) in one request."""
-        self._count("list")
+        self._count("list", kind, namespace)
         try:
             result = self._resource(api_version, kind).get(
                 namespace=namespace, label_selector=label_selector, _request_timeout=self._timeout
@@ -324,7 +339,7 @@ class Kube:
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
         """One object, or None when it does not exist."""
-        self._count("get")
+        self._count("get", kind, namespace)
         try:
             result = self._resource(api_version, kind).get(
                 name=name, namespace=namespace, _request_timeout=self._timeout
@@ -339,9 +354,9 @@ class Kube:
 
     def replace(self, obj: dict) -> dict:
         """Write the whole object; its metadata.resourceVersion makes this a compare-and-swap."""
-        self._count("replace")
         api_version, kind = obj["apiVersion"], obj["kind"]
         meta = obj["metadata"]
+        self._count("replace", kind, meta.get("namespace"))
         try:
             result = self._resource(api_version, kind).replace(
                 body=obj, name=meta["name"], namespace=meta.get("namespace"), _request_timeout=self._timeout
@@ -351,6 +366,8 @@ class Kube:
                 raise ConflictError(
                     _describe(error, f"replace {kind} {meta['name']}", meta.get("namespace"))
                 ) from error
+            if error.status in (403, 422):
+                raise _refused(error, f"replace {kind} {meta['name']}", meta.get("namespace")) from error
             raise KubeError(_describe(error, f"replace {kind} {meta['name']}", meta.get("namespace"))) from error
         except TRANSPORT_ERRORS as error:
             raise KubeError(_unanswered(error, f"replace {kind} {meta['name']}", meta.get("namespace"))) from error
@@ -358,9 +375,9 @@ class Kube:
 
     def patch_status(self, obj: dict, status: dict) -> dict:
         """Merge-patch the status subresource, guarded by the object's resourceVersion."""
-        self._count("patch")
         api_version, kind = obj["apiVersion"], obj["kind"]
         meta = obj["metadata"]
+        self._count("patch", kind, meta.get("namespace"))
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
         action = f"update the status of {kind} {meta['name']}"
         try:
@@ -379,19 +396,30 @@ class Kube:
             raise KubeError(_unanswered(error, action, meta.get("namespace"))) from error
         return result.to_dict()
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> None:
-        """Delete one object; one already gone is fine."""
-        self._count("delete")
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, uid: str = "") -> bool:
+        """Delete one object; whether it was deleted. One already gone is fine (False).
+
+        With `uid`, only the object of that uid: another one of the same name (its name taken since)
+        is left alone (False), the server checking the precondition.
+        """
+        self._count("delete", kind, namespace)
+        body = {"preconditions": {"uid": uid}} if uid else None
         try:
-            self._resource(api_version, kind).delete(name=name, namespace=namespace, _request_timeout=self._timeout)
+            self._resource(api_version, kind).delete(
+                name=name, namespace=namespace, body=body, _request_timeout=self._timeout
+            )
         except ApiException as error:
-            if error.status != 404:
-                raise KubeError(_describe(error, f"delete {kind} {name}", namespace)) from error
+            if error.status == 404 or (uid and error.status == 409):
+                return False
+            if error.status in (403, 422):
+                raise _refused(error, f"delete {kind} {name}", namespace) from error
+            raise KubeError(_describe(error, f"delete {kind} {name}", namespace)) from error
         except TRANSPORT_ERRORS as error:
             raise KubeError(_unanswered(error, f"delete {kind} {name}", namespace)) from error
+        return True
 
     def create(self, obj: dict) -> dict:
-        self._count("create")
+        self._count("create", obj["kind"], obj["metadata"].get("namespace"))
         try:
             result = self._resource(obj["apiVersion"], obj["kind"]).create(
                 body=obj, namespace=obj["metadata"].get("namespace"), _request_timeout=self._timeout
@@ -401,6 +429,8 @@ class Kube:
             message = _describe(error, f"create {obj['kind']} {name}", obj["metadata"].get("namespace"))
             if error.status == 409:
                 raise AlreadyExistsError(message) from error
+            if error.status in (403, 422):
+                raise _refused(error, f"create {obj['kind']} {name}", obj["metadata"].get("namespace")) from error
             raise KubeError(message) from error
         except TRANSPORT_ERRORS as error:
             name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
@@ -413,6 +443,16 @@ class Kube:
 def _describe(error, action: str, namespace: str | None) -> str:
     where = f" in namespace {namespace}" if namespace else ""
     return f"cannot {action}{where}: {error.status} {error.reason}"
+
+
+def _refused(error, action: str, namespace: str | None) -> RefusedError:
+    """A 403/422 with the server's own message (which says who refused and why) kept and shown."""
+    try:
+        server_message = str(json.loads(error.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        server_message = ""
+    described = _describe(error, action, namespace)
+    return RefusedError(f"{described}: {server_message}" if server_message else described, server_message)
 
 
 def _unanswered(error, action: str, namespace: str | None) -> str:

@@ -93,47 +93,125 @@ def test_refusal_messages_never_carry_the_secrets_content():
         assert reason and "SECRET-TOKEN" not in message
 
 
-def bound_host(spec=None) -> dict:
-    return {"metadata": {"namespace": "infra", "name": "bm-01", "uid": "h"}, "spec": spec or {}}
+def bound_host(spec=None, records=None) -> dict:
+    host = {"metadata": {"namespace": "infra", "name": "bm-01", "uid": "h"}, "spec": spec or {}}
+    if records is not None:
+        host["metadata"]["annotations"] = secrets.annotations_with_records({"infra.example/rack": "r1"}, records)
+    return host
 
 
-def copy_named(name: str, labels: dict | None = None, data: dict | None = None) -> dict:
-    return {"metadata": {"namespace": "infra", "name": name, "labels": labels or {}}, "data": data or {}}
+USER_DATA_REF = {"userData": {"name": "bm-01-userdata", "namespace": "infra"}}
 
 
-def test_plan_copies_creates_then_is_idempotent():
+def settled(source: dict) -> tuple[dict, dict]:
+    """The host as a first run leaves it (refs and record of the copy it created, uid "copy-uid"), and the plan."""
+    first = secrets.plan_copies(claim(userData={"name": "s"}), bound_host(), {"userData": source})
+    records = {role: {**record, "uid": "copy-uid"} for role, record in first.records.items()}
+    return bound_host(first.host_spec, records), first
+
+
+def test_nothing_recorded_creates_the_copy_and_records_its_digest():
     source = secret({"userData": "#cloud-config"})
-    first = secrets.plan_copies(claim(userData={"name": "s"}), bound_host(), {"userData": source}, {})
-    (created,) = first.create
-    assert created["metadata"]["name"] == "bm-01-userdata"
-    assert created["metadata"]["labels"] == {secrets.COPY_OF_LABEL: "u"}
-    assert first.host_spec == {"userData": {"name": "bm-01-userdata", "namespace": "infra"}}
-    again = secrets.plan_copies(
-        claim(userData={"name": "s"}), bound_host(first.host_spec), {"userData": source}, {"userData": created}
-    )
-    assert (again.create, again.replace, again.delete, again.failures) == ([], [], [], [])
+    plan = secrets.plan_copies(claim(userData={"name": "s"}), bound_host(), {"userData": source})
+    (write,) = plan.writes
+    assert (write.role, write.recorded) == ("userData", None)
+    assert write.secret["metadata"]["name"] == "bm-01-userdata"
+    assert write.secret["metadata"]["labels"] == {secrets.COPY_OF_LABEL: "u"}
+    assert write.secret["metadata"]["ownerReferences"][0]["uid"] == "h"
+    assert plan.records == {"userData": {"uid": "", "digest": secrets.copy_digest(write.secret)}}
+    assert plan.host_spec == USER_DATA_REF
+    assert (plan.delete, plan.failures, plan.copies) == ([], [], ["infra/bm-01-userdata"])
+
+
+def test_the_same_digest_recorded_writes_nothing():
+    source = secret({"userData": "#cloud-config"})
+    host, first = settled(source)
+    again = secrets.plan_copies(claim(userData={"name": "s"}), host, {"userData": source})
+    assert (again.writes, again.delete, again.failures) == ([], [], [])
     assert again.host_spec == first.host_spec
-
-
-def test_a_secret_we_did_not_make_is_never_overwritten_nor_deleted():
-    hand_made = copy_named("bm-01-userdata", data={"userData": "aW5mcmE="})
-    source = secret({"userData": "#cloud-config"})
-    plan = secrets.plan_copies(
-        claim(userData={"name": "s"}), bound_host(), {"userData": source}, {"userData": hand_made}
+    assert again.records == secrets.recorded_copies(host)  # the host's annotation stays as it is
+    assert (
+        secrets.annotations_with_records(host["metadata"]["annotations"], again.records)
+        == host["metadata"]["annotations"]
     )
-    assert (plan.create, plan.replace, plan.delete) == ([], [], [])
-    ((reason, message),) = plan.failures
-    assert reason == secrets.COPY_NAME_TAKEN
-    assert message.startswith("spec.userData: the Secret bm-01-userdata beside BareMetalHost bm-01 was not made by")
-    assert "userData" not in plan.host_spec
-    # Dropping the reference does not delete it either.
-    plan = secrets.plan_copies(claim(), bound_host(), {}, {"userData": hand_made})
-    assert plan.delete == []
 
 
-def test_a_dropped_reference_deletes_our_copy_and_the_hosts_ref():
-    ours = copy_named("bm-01-userdata", labels={secrets.COPY_OF_LABEL: "u"})
-    host = bound_host({"userData": {"name": "bm-01-userdata", "namespace": "infra"}})
-    plan = secrets.plan_copies(claim(), host, {}, {"userData": ours})
-    assert plan.delete == ["bm-01-userdata"]
-    assert plan.host_spec == {}
+def test_another_digest_replaces_the_copy_keeping_the_recorded_uid():
+    host, _first = settled(secret({"userData": "#cloud-config"}))
+    changed = secret({"userData": "#cloud-config\nhostname: two"})
+    plan = secrets.plan_copies(claim(userData={"name": "s"}), host, {"userData": changed})
+    (write,) = plan.writes
+    assert write.recorded == secrets.recorded_copies(host)["userData"]
+    assert plan.records["userData"] == {"uid": "copy-uid", "digest": secrets.copy_digest(write.secret)}
+    assert plan.records["userData"]["digest"] != write.recorded["digest"]
+    # Another claim on the same host (label changes), same data: a new digest too.
+    other_claim = claim(userData={"name": "s"})
+    other_claim["metadata"]["uid"] = "u2"
+    source = secret({"userData": "#cloud-config"})
+    assert len(secrets.plan_copies(other_claim, host, {"userData": source}).writes) == 1
+
+
+def test_a_dropped_reference_deletes_the_recorded_copy_by_uid_and_its_ref_and_record():
+    host, _first = settled(secret({"userData": "#cloud-config"}))
+    plan = secrets.plan_copies(claim(), host, {})
+    assert plan.delete == [("bm-01-userdata", "copy-uid")]
+    assert (plan.writes, plan.host_spec, plan.records) == ([], {}, {})
+    assert secrets.annotations_with_records(host["metadata"]["annotations"], plan.records) == {
+        "infra.example/rack": "r1"
+    }
+
+
+def test_nothing_recorded_nothing_deleted_whatever_holds_the_name():
+    # A Secret of a copy's name that metalclaim did not make is never recorded: never deleted.
+    plan = secrets.plan_copies(claim(), bound_host(USER_DATA_REF), {})
+    assert (plan.delete, plan.writes) == ([], [])
+    # A record without a uid (never written: check mode, or edited by hand) proves nothing either.
+    unproven = bound_host(USER_DATA_REF, {"userData": {"uid": "", "digest": "d"}})
+    assert secrets.plan_copies(claim(), unproven, {}).delete == []
+
+
+def test_a_bad_tenant_edit_keeps_the_copy_its_record_and_the_hosts_ref():
+    host, _first = settled(secret({"userData": "#cloud-config"}))
+    plan = secrets.plan_copies(claim(userData={"name": "s"}), host, {"userData": None})
+    assert plan.failures == [("UserDataSecretSyncFailure", "spec.userData: Secret tenant/s not found")]
+    assert (plan.writes, plan.delete) == ([], [])
+    assert plan.host_spec == USER_DATA_REF
+    assert plan.records == secrets.recorded_copies(host)
+
+
+@pytest.mark.parametrize("annotation", ["not json", "[1, 2]", '{"userData": "x"}', '{"other": {"uid": "a"}}'])
+def test_an_unreadable_record_counts_as_none(annotation):
+    host = bound_host(USER_DATA_REF)
+    host["metadata"]["annotations"] = {secrets.COPIES_ANNOTATION: annotation}
+    assert secrets.recorded_copies(host) == {}
+    plan = secrets.plan_copies(claim(userData={"name": "s"}), host, {"userData": secret({"userData": "x"})})
+    assert [w.recorded for w in plan.writes] == [None]  # created, or taken over by a PUT if it is there
+
+
+def test_the_digest_covers_data_type_and_labels_only():
+    source = secret({"userData": "#cloud-config"})
+    (write,) = secrets.plan_copies(claim(userData={"name": "s"}), bound_host(), {"userData": source}).writes
+    digest = secrets.copy_digest(write.secret)
+    assert len(digest) == 16
+    moved = {**write.secret, "metadata": {**write.secret["metadata"], "resourceVersion": "9", "uid": "x"}}
+    assert secrets.copy_digest(moved) == digest
+    for changed in (
+        {**write.secret, "data": {"userData": "eA=="}},
+        {**write.secret, "type": "kubernetes.io/tls"},
+        {**write.secret, "metadata": {**write.secret["metadata"], "labels": {secrets.COPY_OF_LABEL: "v"}}},
+    ):
+        assert secrets.copy_digest(changed) != digest
+
+
+def test_name_taken_keeps_the_message_tenants_know():
+    assert secrets.name_taken("userData", "bm-01") == (
+        secrets.COPY_NAME_TAKEN,
+        "spec.userData: the Secret bm-01-userdata beside BareMetalHost bm-01 was not made by metalclaim and is "
+        "left alone; ask the infrastructure team to remove or rename it",
+    )
+    message = (
+        "secrets \"bm-01-userdata\" is forbidden: ValidatingAdmissionPolicy 'metalclaim-secret-copy-on-create' "
+        "with binding 'metalclaim-secret-copy-on-create' denied request: ..."
+    )
+    assert secrets.refused_as_no_copy(message)
+    assert not secrets.refused_as_no_copy('secrets "x" is forbidden: User "u" cannot update resource "secrets"')

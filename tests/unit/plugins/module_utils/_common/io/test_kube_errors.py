@@ -25,7 +25,7 @@ def kube(monkeypatch):
     client = Kube.__new__(Kube)  # no discovery: the resource below stands in for the server
     monkeypatch.setattr(client, "_resource", lambda api_version, kind: Unreachable(), raising=False)
     monkeypatch.setattr(client, "_timeout", 1, raising=False)
-    monkeypatch.setattr(client, "_count", lambda verb: None, raising=False)
+    monkeypatch.setattr(client, "_count", lambda *counted: None, raising=False)
     return client
 
 
