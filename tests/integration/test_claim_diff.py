@@ -131,7 +131,11 @@ def test_secrets_diff_shows_keys_never_values(devenv, bound_claim, tmp_path):
             "metalclaim.io/copy-of-claim": rack.read_claim("diff-claim")["metadata"]["uid"]
         }
         ref = {"name": "h1-userdata", "namespace": rack.namespace}
-        assert only(checked, f"BareMetalHost {rack.namespace}/h1")["after"] == {"spec": {"userData": ref}}
+        host_after = only(checked, f"BareMetalHost {rack.namespace}/h1")["after"]
+        assert host_after["spec"] == {"userData": ref}
+        # What the copy would be is recorded with the host's refs (no uid yet: nothing was written).
+        record = json.loads(host_after["metadata"]["annotations"]["metalclaim.io/copies"])
+        assert list(record) == ["userData"] and record["userData"]["uid"] == ""
         assert_no_secret(checked, USER_DATA)
         with pytest.raises(ApiException):  # check mode created nothing
             rack.api("admin", "Secret", "v1").get(name="h1-userdata", namespace=rack.namespace)
@@ -142,19 +146,27 @@ def test_secrets_diff_shows_keys_never_values(devenv, bound_claim, tmp_path):
         again = step("hostclaim_secrets", devenv, tmp_path, rack, diff=True)
         assert (again["changed"], again["diff"], writes(again)) == (False, [], 0)
 
-        # The tenant changes its Secret: the copy's update shows sizes on both sides, still no value.
+        # The tenant changes its Secret: the copy's update shows the new size, still no value; what was
+        # there is never read, so the before side is the digest recorded on the host.
+        recorded = json.loads(rack.read_host("h1")["metadata"]["annotations"]["metalclaim.io/copies"])
         changed = "#cloud-config\npassword: other-s3cret-Yw42!\n"
         set_user_data(rack, "diff-userdata", changed)
         updated = only(step("hostclaim_secrets", devenv, tmp_path, rack, diff=True), copy_header)
-        assert updated["before"] == {"data": {"userData": f"<redacted, {len(USER_DATA)} bytes>"}}
-        assert updated["after"] == {"data": {"userData": f"<redacted, {len(changed)} bytes>"}}
+        now_recorded = json.loads(rack.read_host("h1")["metadata"]["annotations"]["metalclaim.io/copies"])
+        assert updated["before"] == {"digest": recorded["userData"]["digest"]}
+        assert updated["after"] == {
+            "data": {"userData": f"<redacted, {len(changed)} bytes>"},
+            "digest": now_recorded["userData"]["digest"],
+        }
 
         # The reference dropped: the copy's deletion (redacted) and the host's ref going.
         patch_claim(rack, "diff-claim", {"spec": {"userData": None}})
         dropped = step("hostclaim_secrets", devenv, tmp_path, rack, diff=True)
         deleted = only(dropped, copy_header)
-        assert deleted["after"] == {} and deleted["before"]["data"] == {"userData": f"<redacted, {len(changed)} bytes>"}
-        assert only(dropped, f"BareMetalHost {rack.namespace}/h1")["before"] == {"spec": {"userData": ref}}
+        assert deleted["after"] == {} and deleted["before"] == {
+            "metadata": {"name": "h1-userdata", "namespace": rack.namespace, "uid": now_recorded["userData"]["uid"]}
+        }
+        assert only(dropped, f"BareMetalHost {rack.namespace}/h1")["before"]["spec"] == {"userData": ref}
         assert_no_secret(dropped, USER_DATA, changed)
     finally:
         rack.api("tenant-a", "Secret", "v1").delete(name="diff-userdata", namespace=TENANT_A)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 
 import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.reconcile import reconcile_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import ClaimRun
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
 from kubernetes.client.exceptions import ApiException
 
 from tests.claimlayer import TENANT_A, Rack, condition, step
@@ -275,3 +280,185 @@ def test_unacceptable_tenant_secrets_are_refused_and_the_last_good_copy_kept(dev
     for text in (repr(infra_secrets), repr(claim), repr(events), repr(result)):
         assert not any(leak in text for leak in leaks)
     assert step("hostclaim_secrets", devenv, tmp_path, rack)["changed"] is False
+
+
+# -- no read beside the host; names taken; the claim side's guard --------------------------------------------------
+def in_process_reconcile(devenv, rack, kube: Kube) -> dict:
+    """One hostclaim_reconcile run over the rack's claims through `kube` (which counts each request)."""
+    run = ClaimRun(kube, rack.claim_args(), now(), check_mode=False)
+    return run.finish(reconcile_claims(run))
+
+
+def set_claim(rack: Rack, name: str, spec: dict) -> None:
+    rack.api("tenant-a", "HostClaim").patch(
+        body={"spec": spec}, name=name, namespace=TENANT_A, content_type="application/merge-patch+json"
+    )
+
+
+def hand_made(rack: Rack, name: str) -> dict:
+    """The infra team's own Secret of a copy's name (unlabelled), as stored."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": rack.namespace},
+        "stringData": {"userData": "#infra's own"},
+    }
+    return rack.api("admin", "Secret", "v1").create(body=body).to_dict()
+
+
+def test_a_full_reconcile_reads_no_secret_outside_the_claims_namespace(devenv, bound):
+    """Bind, copy, change, drop and release: Secrets beside the host are only created, replaced and deleted."""
+    rack = bound
+    kube = Kube({"kubeconfig": devenv.kubeconfig("controller")})
+    tenant_secret(rack, "sec-networkdata", {"networkData": "{}"})
+    set_claim(rack, "sec-claim", {"networkData": {"name": "sec-networkdata"}})
+    in_process_reconcile(devenv, rack, kube)  # copies created
+    assert read_copy(rack, "h1-userdata") and read_copy(rack, "h1-networkdata")
+    tenant_secret(rack, "sec-userdata", {"userData": "#cloud-config\nhostname: two\n"})
+    in_process_reconcile(devenv, rack, kube)  # a copy replaced
+    assert decoded(read_copy(rack, "h1-userdata"), "userData") == "#cloud-config\nhostname: two\n"
+    set_claim(rack, "sec-claim", {"networkData": None})
+    in_process_reconcile(devenv, rack, kube)  # a copy deleted
+    assert read_copy(rack, "h1-networkdata") is None
+    rack.set_state("h1", "provisioned")
+    rack.api("tenant-a", "HostClaim").delete(name="sec-claim", namespace=TENANT_A)
+    assert in_process_reconcile(devenv, rack, kube)["release"]["claims"][0]["state"] == "waiting"
+    assert read_copy(rack, "h1-userdata") is None
+    rack.set_state("h1", "available")
+    assert in_process_reconcile(devenv, rack, kube)["release"]["claims"][0]["state"] == "released"
+
+    secret_requests = {key: n for key, n in kube.requests.items() if key[1] == "Secret"}
+    outside = {key: n for key, n in secret_requests.items() if key[2] != TENANT_A}
+    assert {verb for verb, _kind, _namespace in outside} <= {"create", "replace", "delete"}, outside
+    assert {namespace for _verb, _kind, namespace in outside} == {rack.namespace}
+    # It did write there: created two copies, replaced one, deleted both (the test could fail).
+    assert (outside[("create", "Secret", rack.namespace)], outside[("replace", "Secret", rack.namespace)]) == (2, 1)
+    assert outside[("delete", "Secret", rack.namespace)] == 2
+    assert {verb for verb, _kind, namespace in secret_requests if namespace == TENANT_A} == {"get"}
+    print(f"\nSecret requests of bind -> copy -> change -> drop -> release: {dict(sorted(secret_requests.items()))}")
+
+
+def test_a_secret_of_a_copys_name_made_later_is_neither_overwritten_nor_deleted(devenv, bound):
+    """The copy was made and recorded, then the infra team put its own Secret under the copy's name."""
+    rack = bound
+    kube = Kube({"kubeconfig": devenv.kubeconfig("controller")})
+    in_process_reconcile(devenv, rack, kube)
+    ours = read_copy(rack, "h1-userdata")
+    assert ours["metadata"]["labels"]["metalclaim.io/copy-of-claim"]
+    rack.api("admin", "Secret", "v1").delete(name="h1-userdata", namespace=rack.namespace)
+    theirs = hand_made(rack, "h1-userdata")
+
+    # The tenant's data changes: the PUT over it is refused by the API server, the claim says why.
+    tenant_secret(rack, "sec-userdata", {"userData": "#cloud-config\nhostname: two\n"})
+    result = in_process_reconcile(devenv, rack, kube)
+    sync = condition(rack.read_claim("sec-claim"), "Synchronization")
+    assert (sync["status"], sync["reason"]) == ("False", "CopyNameTaken")
+    assert sync["message"] == (
+        "spec.userData: the Secret h1-userdata beside BareMetalHost h1 was not made by metalclaim and is left alone; "
+        "ask the infrastructure team to remove or rename it"
+    )
+    assert rack.namespace not in sync["message"]
+    assert read_copy(rack, "h1-userdata")["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
+    host = rack.read_host("h1")
+    assert "userData" not in host["spec"]  # the provisioner is never pointed at their Secret
+    assert "metalclaim.io/copies" not in (host["metadata"].get("annotations") or {})
+    assert result["bound"]["claims"][0]["synchronized"] is False
+
+    # Recorded again (as if a run had stopped before forgetting it), then the reference dropped: the
+    # delete carries the recorded uid, the server refuses it, their Secret stays.
+    record = {"userData": {"uid": ours["metadata"]["uid"], "digest": "0"}}
+    rack.api("admin", "BareMetalHost").patch(
+        body={"metadata": {"annotations": {"metalclaim.io/copies": json.dumps(record)}}},
+        name="h1",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    set_claim(rack, "sec-claim", {"userData": None})
+    in_process_reconcile(devenv, rack, kube)
+    assert read_copy(rack, "h1-userdata")["metadata"]["resourceVersion"] == theirs["metadata"]["resourceVersion"]
+    assert "metalclaim.io/copies" not in (rack.read_host("h1")["metadata"].get("annotations") or {})
+    assert condition(rack.read_claim("sec-claim"), "Synchronization")["status"] == "True"
+    rack.api("admin", "Secret", "v1").delete(name="h1-userdata", namespace=rack.namespace)
+
+
+def test_a_copy_deleted_by_hand_comes_back_when_its_record_is_removed(devenv, bound):
+    """The trade-off of never reading beside the host, and how the infra team forces a re-copy."""
+    rack = bound
+    kube = Kube({"kubeconfig": devenv.kubeconfig("controller")})
+    in_process_reconcile(devenv, rack, kube)
+    rack.api("admin", "Secret", "v1").delete(name="h1-userdata", namespace=rack.namespace)
+    in_process_reconcile(devenv, rack, kube)
+    assert read_copy(rack, "h1-userdata") is None  # not noticed: nothing beside the host is read
+    rack.api("admin", "BareMetalHost").patch(
+        body={"metadata": {"annotations": {"metalclaim.io/copies": None}}},
+        name="h1",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    in_process_reconcile(devenv, rack, kube)
+    assert decoded(read_copy(rack, "h1-userdata"), "userData") == "#cloud-config\nhostname: one\n"
+    # A crash between the copy's write and the host's: no record, the copy there. Taken over by a PUT.
+    rack.api("admin", "BareMetalHost").patch(
+        body={"metadata": {"annotations": {"metalclaim.io/copies": None}}},
+        name="h1",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    before = dict(kube.requests)
+    in_process_reconcile(devenv, rack, kube)
+    sent = {key: n - before.get(key, 0) for key, n in kube.requests.items() if n != before.get(key, 0)}
+    assert (sent[("create", "Secret", rack.namespace)], sent[("replace", "Secret", rack.namespace)]) == (1, 1)
+    assert "metalclaim.io/copies" in rack.read_host("h1")["metadata"]["annotations"]
+    assert condition(rack.read_claim("sec-claim"), "Synchronization")["status"] == "True"
+
+
+def test_the_claim_side_writes_only_labelled_copies_even_with_its_own_token(devenv, clients, rack):
+    """An attacker holding the claim side's credentials (the devenv's `controller`) in an infra namespace."""
+    secrets = clients["controller"].resources.get(api_version="v1", kind="Secret")
+    bmc = rack.api("admin", "Secret", "v1").create(
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "h9-bmc-secret", "namespace": rack.namespace},
+            "stringData": {"username": "admin", "password": "the-bmc-password"},
+        }
+    )
+    guard = "ValidatingAdmissionPolicy 'metalclaim-claim-side-secrets'"
+
+    def refused(call) -> str:
+        with pytest.raises(ApiException) as error:
+            call()
+        assert error.value.status == 403, error.value.body
+        return json.loads(error.value.body)["message"]
+
+    planted = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "planted", "namespace": rack.namespace}}
+    assert guard in refused(lambda: secrets.create(body={**planted, "stringData": {"userData": "x"}}))
+    overwrite = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "h9-bmc-secret", "namespace": rack.namespace},
+        "stringData": {"username": "admin", "password": "mine"},
+    }
+    message = refused(lambda: secrets.replace(body=overwrite, name="h9-bmc-secret", namespace=rack.namespace))
+    assert guard in message and f"Secret {rack.namespace}/h9-bmc-secret" in message
+    # Labelled as a copy on the way: refused too (and by the copy-on-create policy for everyone).
+    labelled = {**overwrite, "metadata": {**overwrite["metadata"], "labels": {"metalclaim.io/copy-of-claim": "x"}}}
+    assert "denied request" in refused(
+        lambda: secrets.replace(body=labelled, name="h9-bmc-secret", namespace=rack.namespace)
+    )
+    admin_secrets = rack.api("admin", "Secret", "v1")
+    assert "'metalclaim-secret-copy-on-create'" in refused(
+        lambda: admin_secrets.replace(body=labelled, name="h9-bmc-secret", namespace=rack.namespace)
+    )
+    assert guard in refused(lambda: secrets.delete(name="h9-bmc-secret", namespace=rack.namespace))
+    kept = admin_secrets.get(name="h9-bmc-secret", namespace=rack.namespace).to_dict()
+    assert kept["metadata"]["resourceVersion"] == bmc.metadata.resourceVersion
+    # A copy is what it may write: created labelled, replaced, deleted.
+    copy = {**planted, "metadata": {**planted["metadata"], "labels": {"metalclaim.io/copy-of-claim": "u"}}}
+    secrets.create(body={**copy, "stringData": {"userData": "a"}})
+    secrets.replace(body={**copy, "stringData": {"userData": "b"}}, name="planted", namespace=rack.namespace)
+    unlabelled = {**copy, "metadata": {**copy["metadata"], "labels": {}}}
+    assert "removes the label" in refused(
+        lambda: secrets.replace(body=unlabelled, name="planted", namespace=rack.namespace)
+    )
+    secrets.delete(name="planted", namespace=rack.namespace)
