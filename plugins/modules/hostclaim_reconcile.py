@@ -12,10 +12,11 @@ description:
   - Runs, in this order and in one process, what M(metalclaim.hostclaim.hostclaim_release),
     M(metalclaim.hostclaim.hostclaim_bind), M(metalclaim.hostclaim.hostclaim_secrets) and
     M(metalclaim.hostclaim.hostclaim_sync) do, with the same semantics, for the claims in O(claims) (or all).
-  - Each kind (HostClaims, BareMetalHosts, HostDeployPolicies, Namespaces, the Secret copies of each
-    infrastructure namespace) is listed once for the whole run, and each tenant Secret a claim references
-    is read once; later steps see what earlier ones wrote. The secrets and sync steps run as one pass, so a
-    bound claim's host is written at most once.
+  - Each kind (HostClaims, BareMetalHosts, HostDeployPolicies, Namespaces) is listed once for the whole run,
+    and each tenant Secret a claim references is read once (no Secret of an infrastructure namespace is ever
+    read, the copies are known from the hosts' records, see M(metalclaim.hostclaim.hostclaim_secrets));
+    later steps see what earlier ones wrote. The secrets and sync steps run as one pass, so a bound
+    claim's host is written at most once.
   - Each claim's status (every condition, then C(Ready)) is computed from what all the steps found and
     written once, at the end, only when it differs; a tenant watching a claim sees one update per run and
     no transient C(Ready). A second run with nothing new writes nothing.

@@ -11,10 +11,11 @@ version_added: 0.1.0
 description:
   - For each HostClaim being deleted that carries the C(metal3.io/hostclaim) finalizer (those in
     O(claims), or all), releases its BareMetalHost in this order.
-  - First, the host's C(image), C(userData), C(metaData) and C(networkData) are cleared, and the copied
-    Secrets C(<host>-userdata), C(<host>-metadata) and C(<host>-networkdata) are deleted (only copies the
-    claim layer made, labelled C(metalclaim.io/copy-of-claim); a Secret of such a name made by hand is
-    never touched).
+  - First, the copied Secrets C(<host>-userdata), C(<host>-metadata) and C(<host>-networkdata) that the
+    host's C(metalclaim.io/copies) annotation records are deleted, each by name with its recorded uid as a
+    precondition (a Secret of such a name made by hand is never touched; no Secret beside the host is read
+    or listed); then the host's C(image), C(userData), C(metaData) and C(networkData) and that record are
+    cleared.
   - Then C(automatedCleaningMode) is forced to C(metadata), C(online) is set to false and the
     C(reboot.metal3.io[/<key>]) annotations are removed.
   - Once the host's provisioner reports it C(available) (or C(ready)) again, its C(consumerRef) is
@@ -37,9 +38,10 @@ attributes:
     support: partial
     description: Shows what each write changes, only the fields that change; never a Secret's values.
     details: >-
-      Shown: each host scrubbed (image, data refs, reboot annotations, C(online), C(automatedCleaningMode)) and its
-      C(consumerRef) cleared, each copy deleted (values redacted), the claim's finalizer removed, and orphaned claims'
-      status fields. Not shown: the Events recorded on claims, and the C(lastUpdated) timestamp of a status write.
+      Shown: each host scrubbed (image, data refs, the record of its copies, reboot annotations, C(online),
+      C(automatedCleaningMode)) and its C(consumerRef) cleared, each copy deleted (its name and uid), the claim's
+      finalizer removed, and orphaned claims' status fields. Not shown: the Events recorded on claims, and the
+      C(lastUpdated) timestamp of a status write.
   idempotent:
     support: full
     description: Each run moves every deleted claim one step further; with none left, nothing changes.

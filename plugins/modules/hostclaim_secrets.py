@@ -19,11 +19,22 @@ description:
     A copy is deleted when the claim drops its reference.
   - A reference to a Secret outside the claim's own namespace is refused and never read, with
     C(Synchronization) False, reason C(CrossNamespaceReference). Only the referenced Secrets of the
-    claim's namespace are read, one GET per Secret per run however many claims name it; the copies are
-    listed once per infrastructure namespace.
+    claim's namespace are read, one GET per Secret per run however many claims name it.
+  - "No Secret in an infrastructure namespace is ever read, listed, watched or patched (the BMC credentials
+    live there): the copies are only created, replaced (PUT) and deleted. What was written is recorded on
+    the host, in its annotation C(metalclaim.io/copies) (per role, the copy's uid and a digest of its data,
+    type and labels), in the same host write that sets its data refs. A copy is written when its digest
+    differs from the recorded one (created when nothing is recorded) and deleted by name with the recorded
+    uid as a precondition, so a Secret put under that name since is never deleted."
   - "A Secret of a copy's name that the claim layer did not make (not labelled C(metalclaim.io/copy-of-claim),
-    say made by hand by the infrastructure team) is never overwritten nor deleted: C(Synchronization) False,
-    reason C(CopyNameTaken)."
+    say made by hand by the infrastructure team) is never overwritten nor deleted: the create finds the name
+    taken, the replace that follows is refused by the API server (the ValidatingAdmissionPolicy
+    C(metalclaim-secret-copy-on-create) in C(config/admission): a Secret becomes a copy only when created),
+    and C(Synchronization) is False, reason C(CopyNameTaken). The claim layer tries again on every run."
+  - "The trade-off of never reading there: a copy deleted or edited by hand in the infrastructure namespace is
+    not noticed until the claim's data changes or the record is removed. To force a re-copy, remove the
+    host's annotation (C(kubectl annotate baremetalhost <host> metalclaim.io/copies-)): the next run writes
+    every copy again."
   - "C(Synchronization) also reports what of the claim's spec the host cannot take now: C(AuthorizationRevoked)
     (no HostDeployPolicy admits the claim's namespace any more), C(ImageChangeRejected), C(RebootNotApplicable)
     (see M(metalclaim.hostclaim.hostclaim_sync))."
@@ -51,8 +62,10 @@ attributes:
     description: Shows what each write changes, only the fields that change; never a Secret's values.
     details: >-
       Shown: each copy created, updated or deleted beside a host, its C(data) redacted to keys and sizes (C(<redacted,
-      123 bytes>)); the host's C(userData), C(metaData) and C(networkData) refs; the claim's status fields (conditions
-      by type). Not shown: the Events recorded on claims, and the C(lastUpdated) timestamp of a status write.
+      123 bytes>)); what an update replaces is never read, so its before side is the recorded C(digest), and a
+      deletion shows the copy's name and uid only; the host's C(userData), C(metaData) and C(networkData) refs and
+      its C(metalclaim.io/copies) record; the claim's status fields (conditions by type). Not shown: the Events
+      recorded on claims, and the C(lastUpdated) timestamp of a status write.
   idempotent:
     support: full
     description: With sources unchanged, a second run changes nothing.
