@@ -5,7 +5,10 @@ threads, so it never calls ansible-runner itself. A child started with the `spaw
 fresh interpreter: no inherited threads or locks) serves one request at a time over a pipe.
 The controller cancels a run by sending "cancel" on the same pipe: the child's
 cancel_callback polls it (every pexpect_timeout), so ansible-runner never takes over the
-controller's signals. Artifacts live in one private data dir and are rotated: at most
+controller's signals. A cancelled run, and a run whose controller died (the pipe closed), ends
+with every process it started: ansible's workers run in sessions of their own, out of reach of
+ansible-runner's kill of ansible-playbook's process group, so the child (a child subreaper on
+Linux) kills its whole process tree itself. Artifacts live in one private data dir and are rotated: at most
 `keep_artifacts` run directories exist at any time.
 """
 
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CANCEL = "cancel"
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
 @dataclass
@@ -42,6 +46,7 @@ def _serve(conn, private_data_dir: str, envvars: dict, settings: dict, keep_arti
     # SIGTERM sent to the whole process group must not kill a run half-way.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _become_subreaper()
 
     bin_dir = str(Path(sys.executable).parent)  # ansible-playbook beside this interpreter
     os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
@@ -56,7 +61,7 @@ def _serve(conn, private_data_dir: str, envvars: dict, settings: dict, keep_arti
             continue
         playbook, extravars = request
         started = time.monotonic()
-        cancel_callback = _cancel_callback(conn)
+        cancel_callback, parent_gone = _cancel_callback(conn)
 
         try:
             runner = ansible_runner.run(
@@ -81,21 +86,92 @@ def _serve(conn, private_data_dir: str, envvars: dict, settings: dict, keep_arti
             report = {"status": runner.status, "rc": runner.rc, "results": results, "failures": failures}
         except Exception as error:  # a broken private data dir, a missing playbook: the run failed, the child lives
             report = {"status": "error", "rc": None, "results": {}, "failures": [{"task": "", "msg": str(error)}]}
+        if report["status"] != "successful":
+            _kill_run_tree()  # a timed-out or failed run's stragglers (orphans come back to the subreaper)
+        _reap_orphans()
+        if parent_gone:
+            return
         report["seconds"] = time.monotonic() - started
-        conn.send(report)
+        try:
+            conn.send(report)
+        except OSError:  # the controller died during the run
+            return
 
 
 def _cancel_callback(conn):
-    """ansible-runner's cancel_callback: True once the parent sent "cancel" (polled every pexpect_timeout)."""
-    cancelled = []
+    """ansible-runner's cancel_callback: True once the parent sent "cancel" or died (its end of the pipe closed),
+    polled every pexpect_timeout; the run's processes are killed before it returns True. Also returns a list,
+    non-empty once the parent is known gone."""
+    cancelled, parent_gone = [], []
 
     def cancel_callback() -> bool:
-        while conn.poll():
-            if conn.recv() == CANCEL:
-                cancelled.append(True)
+        if cancelled:
+            return True
+        try:
+            while conn.poll():
+                if conn.recv() == CANCEL:
+                    cancelled.append(True)
+        except (EOFError, OSError):
+            parent_gone.append(True)
+            cancelled.append(True)
+        if cancelled:
+            _kill_run_tree()
         return bool(cancelled)
 
-    return cancel_callback
+    return cancel_callback, parent_gone
+
+
+def _become_subreaper() -> None:
+    """Orphans of a run (a worker whose ansible-playbook was killed) are re-parented to this process, not to
+    init, so _kill_run_tree still finds them. Linux only; elsewhere the kill is best effort."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _descendants(root: int) -> list[int]:
+    """Live (not zombie) processes below `root`, from /proc; [] where there is no /proc."""
+    parents = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(") ", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] != "Z":
+                parents[int(entry)] = int(fields[1])
+    found, frontier = [], {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier}
+        found += frontier
+    return found
+
+
+def _kill_run_tree(attempts: int = 100) -> None:
+    """SIGKILL every process this child started, however deep, until none is left (a process killed before its
+    children leaves them to this subreaper: the next pass gets them)."""
+    for _attempt in range(attempts):
+        pids = _descendants(os.getpid())
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
+def _reap_orphans() -> None:
+    """Collect the exit status of orphans re-parented here (after a run: pexpect has waited for its own child)."""
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 class Runner:
