@@ -64,6 +64,9 @@ integration: setup controlplane
 build: setup
 	rm -rf build && mkdir -p build
 	$(VENV)/bin/ansible-galaxy collection build --output-path build .
+	# The controller wheel beside the tarball (the Containerfile installs both); setuptools builds in build/.
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir build .
+	rm -rf build/lib build/bdist.*
 	$(VENV)/bin/ansible-galaxy collection install --force -p build/install build/metalclaim-hostclaim-*.tar.gz
 	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/install:$(COLLECTIONS) $(VENV)/bin/ansible-doc -l metalclaim.hostclaim
 
