@@ -25,7 +25,7 @@ from kubernetes.dynamic import DynamicClient
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "controller"))
 
-from metalclaim.devenv.env import Devenv  # noqa: E402
+from metalclaim.devenv.env import Devenv, infra_namespace_bindings, tenant_namespace_bindings  # noqa: E402
 from metalclaim.runner import run  # noqa: E402
 
 METAL3 = "metal3.io/v1alpha1"
@@ -41,6 +41,8 @@ def setup(admin, hosts: int, claims: int) -> tuple[str, str, str]:
     rack, tenant = f"bench-rack-{tag}", f"bench-tenant-{tag}"
     for name in (rack, tenant):
         api(admin, "Namespace", "v1").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    for binding in [*infra_namespace_bindings(rack), *tenant_namespace_bindings(tenant)]:
+        api(admin, "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
     api(admin, "HostDeployPolicy").create(
         body={
             "apiVersion": METAL3,

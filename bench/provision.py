@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "controller"))
 sys.path.insert(0, str(REPO))
 
-from metalclaim.devenv.env import Devenv  # noqa: E402
+from metalclaim.devenv.env import Devenv, infra_namespace_bindings  # noqa: E402
 from metalclaim.runner import run  # noqa: E402
 from tests.netfixtures import FaultProxy, FileServer  # noqa: E402
 
@@ -56,6 +56,8 @@ class Site:
         api(admin, "Namespace", "v1").create(
             body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
         )
+        for binding in infra_namespace_bindings(self.namespace):  # the provisioner side reads BMC Secrets here
+            api(admin, "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
         password = Path(fleet["password_file"]).read_text().strip()
         for name, system in zip(self.names, fleet["systems"], strict=False):
             api(admin, "Secret", "v1").create(
@@ -125,9 +127,9 @@ def provision(kubeconfig: str, namespace: str) -> tuple[float, dict]:
     return elapsed, outcome
 
 
-def phase(name: str, site: Site, proxy: FaultProxy, controller: str, expected: str, single: dict, paths: bool) -> dict:
+def phase(name: str, site: Site, proxy: FaultProxy, provisioner: str, expected: str, single: dict, paths: bool) -> dict:
     proxy.reset_counts()
-    seconds, result = provision(controller, site.namespace)
+    seconds, result = provision(provisioner, site.namespace)
     size = len(site.names)
     wire = proxy.total
     states = site.states()
@@ -162,7 +164,7 @@ def main() -> int:
     if len(fleet["systems"]) < max(sizes):
         raise SystemExit(f"the devenv's fleet has {len(fleet['systems'])} systems; --sizes asks for {max(sizes)}")
     admin = DynamicClient(kube_config.new_client_from_config(config_file=env.kubeconfig("admin")))
-    controller = env.kubeconfig("controller")
+    provisioner = env.kubeconfig("provisioner")
     upstream = fleet["systems"][0]["address"].split("://", 1)[1].split("/", 1)[0]
     single: dict = {}
     every: dict = {}
@@ -187,7 +189,7 @@ def main() -> int:
                         for name, spec, expected in phases:
                             if spec:
                                 site.patch_hosts(spec)
-                            figures[name] = phase(name, site, proxy, controller, expected, single, args.paths)
+                            figures[name] = phase(name, site, proxy, provisioner, expected, single, args.paths)
                     finally:
                         site.teardown()
                     single = single or figures

@@ -6,6 +6,7 @@ import uuid
 
 from kubernetes.client.exceptions import ApiException
 
+from metalclaim.devenv.env import infra_namespace_bindings
 from tests.support import run_tasks
 
 TENANT_A = "cluster-ns"
@@ -24,6 +25,8 @@ class Rack:
         self.api("admin", "Namespace", "v1").create(
             body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
         )
+        for binding in infra_namespace_bindings(self.namespace):  # the controller's sides' Secret rights here
+            self.api("admin", "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
 
     def api(self, identity: str, kind: str, api_version: str = METAL3):
         return self.clients[identity].resources.get(api_version=api_version, kind=kind)

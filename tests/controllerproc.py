@@ -12,7 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.claimlayer import Rack
+from tests.claimlayer import TENANT_A, Rack
 from tests.support import REPO_ROOT, eventually
 
 
@@ -101,14 +101,14 @@ class ControllerProcess:
 
 def claim_side(rack: Rack, leader_elect: bool = False) -> list[str]:
     """Options of a controller serving the rack's hosts, without the provisioner (the rack's hosts have no BMC)."""
-    options = ["--infra-namespaces", rack.namespace, "--provision", "false"]
+    options = ["--infra-namespaces", rack.namespace, "--controllers", "claims"]
     if leader_elect:
         options += ["--leader-elect", "true", "--leader-election-id", f"test-{rack.namespace}"]
     return options
 
 
-def association(rack: Rack, name: str) -> str | None:
-    status = rack.read_claim(name).get("status") or {}
+def association(rack: Rack, name: str, namespace: str = TENANT_A) -> str | None:
+    status = rack.read_claim(name, namespace).get("status") or {}
     return next((c["status"] for c in status.get("conditions") or [] if c["type"] == "Association"), None)
 
 

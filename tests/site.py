@@ -11,6 +11,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 )
 from kubernetes.client.exceptions import ApiException
 
+from metalclaim.devenv.env import infra_namespace_bindings
 from tests.support import run_tasks
 
 METAL3 = "metal3.io/v1alpha1"
@@ -36,6 +37,7 @@ class Site:
         self.api("Namespace", "v1").create(
             body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
         )
+        devenv.apply("admin", infra_namespace_bindings(self.namespace))  # the controller's sides' Secret rights
         self.api("HostDeployPolicy").create(
             body={
                 "apiVersion": METAL3,
@@ -87,7 +89,7 @@ class Site:
         return ((self.read(name).get("status") or {}).get("provisioning") or {}).get("state", "")
 
     def provision(self, wait: float = 0, diff: bool = False, check_mode: bool = False, **options) -> dict:
-        args = {"namespaces": [self.namespace], "wait": wait, **FAST, **options}
+        args = {"namespaces": [self.namespace], "wait": wait, **FAST, **self.as_provisioner(), **options}
         (result,) = self.run([{"metalclaim.hostclaim.bmh_redfish": args, "diff": diff, "check_mode": check_mode}])
         return result
 
@@ -99,9 +101,19 @@ class Site:
             for module in ("hostclaim_release", "hostclaim_bind", "hostclaim_secrets", "hostclaim_sync")
         ]
         provision = {
-            "metalclaim.hostclaim.bmh_redfish": {"namespaces": [self.namespace], "wait": wait, **FAST, **options}
+            "metalclaim.hostclaim.bmh_redfish": {
+                "namespaces": [self.namespace],
+                "wait": wait,
+                **FAST,
+                **self.as_provisioner(),
+                **options,
+            }
         }
         return self.run([*steps, provision, steps[3]])
+
+    def as_provisioner(self) -> dict:
+        """bmh_redfish runs as the controller's provisioner side (the claim steps as its claim side)."""
+        return {"kubeconfig": self.devenv.kubeconfig("provisioner")}
 
     def run(self, tasks: list[dict]) -> list[dict]:
         results = run_tasks(self.tmp_path / uuid.uuid4().hex[:6], tasks, self.devenv.kubeconfig("controller"))

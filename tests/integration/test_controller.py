@@ -6,6 +6,7 @@ playbook. Each reaction must come within seconds, not at the next resync (set to
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from tests.claimlayer import TENANT_A
+from metalclaim.controller.scope import shard_of
+from tests.claimlayer import TENANT_A, TENANT_B
 from tests.controllerproc import ControllerProcess, associated, association, claim_side, runs_of
 from tests.site import TENANT
 from tests.support import REPO_ROOT, eventually, run_playbook
@@ -81,6 +83,75 @@ def test_a_revoked_policy_shows_on_the_bound_claim(controller, rack, clients):
     eventually(revoked, timeout=REACTION, message=f"revocation on c1\n{controller.output()}")
 
 
+def test_two_shards_split_the_claims_by_namespace(devenv, rack, tmp_path):
+    """--shard 0/2 and 1/2 (each its own Lease): every claim is reconciled by the shard of its namespace only."""
+    assert shard_of(TENANT_A, 2) != shard_of(TENANT_B, 2)  # the devenv's two tenants fall in different shards
+    shards = {
+        index: ControllerProcess(
+            devenv, tmp_path / str(index), *claim_side(rack, leader_elect=True), "--shard", f"{index}/2"
+        )
+        for index in range(2)
+    }
+    try:
+        rack.policy()
+        rack.host("h1")
+        rack.host("h2")
+        rack.claim("a1")
+        rack.claim("b1", namespace=TENANT_B, identity="tenant-b")
+        for name, namespace in (("a1", TENANT_A), ("b1", TENANT_B)):
+            eventually(
+                lambda name=name, namespace=namespace: association(rack, name, namespace) == "True",
+                timeout=REACTION,
+                message=f"{namespace}/{name} associated\n{shards[0].output()}\n{shards[1].output()}",
+            )
+        for index, process in shards.items():
+            mine = TENANT_A if shard_of(TENANT_A, 2) == index else TENANT_B
+            other = TENANT_B if mine == TENANT_A else TENANT_A
+            ran = f"claim/{mine}/{'a1' if mine == TENANT_A else 'b1'}"
+            eventually(lambda process=process, ran=ran: runs_of(process, ran) >= 1, timeout=10, message=ran)
+            assert runs_of(process, f"claim/{other}/{'a1' if other == TENANT_A else 'b1'}") == 0
+            assert process.metric("leader_election_master_status") == 1  # one Lease per shard
+    finally:
+        for process in shards.values():
+            process.stop()
+
+
+def test_a_namespace_selector_leaves_other_tenants_to_another_controller(devenv, rack, tmp_path):
+    process = ControllerProcess(
+        devenv, tmp_path, *claim_side(rack), "--namespace-selector", "metalclaim.io/tenant=tenant-a"
+    )
+    try:
+        rack.policy()
+        rack.host("h1")
+        rack.host("h2")
+        rack.claim("b1", namespace=TENANT_B, identity="tenant-b")
+        rack.claim("a1")
+        eventually(lambda: associated(rack, "a1"), timeout=REACTION, message=f"a1 associated\n{process.output()}")
+        assert runs_of(process, f"claim/{TENANT_B}/b1") == 0
+        assert not (rack.read_claim("b1", TENANT_B).get("status") or {}).get("conditions")
+    finally:
+        process.stop()
+
+
+def test_two_runner_slots_share_the_queue(devenv, rack, tmp_path):
+    """--runner-slots 2: both slots take batches from the one queue; every claim still ends with one host."""
+    process = ControllerProcess(devenv, tmp_path, *claim_side(rack), "--runner-slots", "2", "--batch-max-size", "2")
+    try:
+        rack.policy()
+        for index in range(6):
+            rack.host(f"h{index}")
+        for index in range(6):
+            rack.claim(f"c{index}")
+        for index in range(6):
+            eventually(lambda i=index: associated(rack, f"c{i}"), timeout=60, message=f"c{index}\n{process.output()}")
+        runs = [json.loads(line) for line in process.output(full=True).splitlines() if '"event": "run"' in line]
+        assert {run["slot"] for run in runs} == {0, 1}, runs
+        hosts = [rack.read_host(f"h{index}")["spec"].get("consumerRef", {}).get("name") for index in range(6)]
+        assert sorted(hosts) == [f"c{index}" for index in range(6)]  # one host each: no claim bound twice
+    finally:
+        process.stop()
+
+
 def test_sigterm_stops_the_controller_within_seconds(devenv, rack, tmp_path):
     process = ControllerProcess(devenv, tmp_path, *claim_side(rack))
     took = process.stop()
@@ -123,8 +194,23 @@ def test_the_guides_lifecycle_driven_only_by_api_changes(devenv, site, files, tm
     """Register, claim, provision a live ISO, deprovision, delete: the tenant and the infra team only write objects."""
     iso_url = files.add("live.iso", b"live iso for the controller\n" * 64)
     site.host("h0", 0)  # as the infra team registers it: no status yet
-    process = ControllerProcess(devenv, tmp_path, "--infra-namespaces", site.namespace)
+    # Each side as its own identity, as config/manager deploys them.
+    claims = ControllerProcess(
+        devenv, tmp_path / "claims", "--infra-namespaces", site.namespace, "--controllers", "claims"
+    )
+    provisioner = ControllerProcess(
+        devenv,
+        tmp_path / "provisioner",
+        "--infra-namespaces",
+        site.namespace,
+        "--controllers",
+        "provisioner",
+        kubeconfig_identity="provisioner",
+    )
     started = time.monotonic()
+
+    def both() -> str:
+        return f"claims:\n{claims.output()}\nprovisioner:\n{provisioner.output()}"
 
     def lap(what: str) -> None:
         nonlocal started
@@ -132,7 +218,7 @@ def test_the_guides_lifecycle_driven_only_by_api_changes(devenv, site, files, tm
         started = time.monotonic()
 
     try:
-        eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{process.output()}")
+        eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{both()}")
         lap("registered, inspected, available")
         site.claim("live", image={"url": iso_url, "format": "live-iso"}, online=True)
 
@@ -142,18 +228,19 @@ def test_the_guides_lifecycle_driven_only_by_api_changes(devenv, site, files, tm
             conditions = {c["type"]: c for c in status.get("conditions") or []}
             return (conditions.get("Provisioned") or {}).get("status") == "True" and status.get("poweredOn") is True
 
-        eventually(provisioned, timeout=120, message=f"live provisioned\n{process.output()}")
+        eventually(provisioned, timeout=120, message=f"live provisioned\n{both()}")
         lap("claimed -> Provisioned, powered on")
         site.patch_claim("live", {"spec": {"image": None, "online": False}})
-        eventually(lambda: site.state("h0") == "available", timeout=120, message=f"deprovisioned\n{process.output()}")
+        eventually(lambda: site.state("h0") == "available", timeout=120, message=f"deprovisioned\n{both()}")
         lap("image removed -> deprovisioned, available")
         site.api("HostClaim", identity="tenant-a").delete(name="live", namespace=TENANT)
-        eventually(lambda: site.read_claim("live") is None, timeout=120, message=f"claim gone\n{process.output()}")
+        eventually(lambda: site.read_claim("live") is None, timeout=120, message=f"claim gone\n{both()}")
         lap("claim deleted -> released, finalizer gone")
         host = site.read("h0")
         assert "consumerRef" not in host["spec"] and host["status"]["provisioning"]["state"] == "available"
     finally:
-        process.stop()
+        claims.stop()
+        provisioner.stop()
 
 
 def test_the_installed_service_account_runs_the_controller(devenv, clients, rack, tmp_path):

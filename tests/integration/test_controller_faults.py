@@ -303,7 +303,15 @@ def test_bmc_errors_back_off_per_host_without_blocking_others(devenv, site, tmp_
     ...: the collection's default base), each attempt one run: no retry storm, no run blocked by it."""
     site.host("good", 0)
     site.host("bad", 1, password="not-the-bmc-password")
-    controller = ControllerProcess(devenv, tmp_path, "--infra-namespaces", site.namespace)
+    controller = ControllerProcess(
+        devenv,
+        tmp_path,
+        "--infra-namespaces",
+        site.namespace,
+        "--controllers",
+        "provisioner",
+        kubeconfig_identity="provisioner",
+    )
     started = time.monotonic()
     bad_key = f"host/{site.namespace}/bad"
     attempts: dict[int, float] = {}  # errorCount -> when it was first seen

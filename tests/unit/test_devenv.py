@@ -54,7 +54,26 @@ def test_each_tenant_is_bound_only_in_its_own_namespace():
         mine = [b for b in bindings if b["subjects"][0]["name"] == tenant]
         assert [(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in mine] == [(namespace, "metalclaim-tenant")]
     cluster_bindings = [o for o in tenancy_objects() if o["kind"] == "ClusterRoleBinding"]
-    assert [b["subjects"][0]["name"] for b in cluster_bindings] == ["metalclaim-controller"]
+    assert [(b["roleRef"]["name"], b["subjects"][0]["name"]) for b in cluster_bindings] == [
+        ("metalclaim-controller", "metalclaim-controller"),
+        ("metalclaim-provisioner", "metalclaim-provisioner"),
+    ]
+
+
+def test_each_side_of_the_controller_gets_secret_rights_only_per_namespace():
+    """Claims: read in tenant namespaces, write copies in infra ones; provisioner: read in infra ones."""
+    secret_roles = sorted(
+        (b["metadata"]["namespace"], b["roleRef"]["name"], b["subjects"][0]["name"])
+        for b in tenancy_objects()
+        if b["kind"] == "RoleBinding" and b["roleRef"]["name"].endswith(("-reader", "-writer"))
+    )
+    assert secret_roles == sorted(
+        [
+            (INFRA_NAMESPACE, "metalclaim-copies-writer", "metalclaim-controller"),
+            (INFRA_NAMESPACE, "metalclaim-bmc-secrets-reader", "metalclaim-provisioner"),
+            *((ns, "metalclaim-tenant-secrets-reader", "metalclaim-controller") for ns in TENANT_NAMESPACES.values()),
+        ]
+    )
 
 
 def test_host_inventory_pairs_each_host_with_its_bmc_secret():

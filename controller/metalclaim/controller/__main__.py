@@ -18,6 +18,8 @@ import uuid
 from pathlib import Path
 
 from . import collection
+from .cgroup import cpu_limit, slots_for
+from .scope import SIDES, Scope, parse_shard, parse_sides
 
 ENV_PREFIX = "METALCLAIM_"
 
@@ -52,15 +54,28 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--private-data-dir", "ansible-runner's private data dir (artifacts rotate there)", "/tmp/metalclaim-controller"
     )
-    add("--keep-artifacts", "run artifact directories kept", 20, int)
-    add("--provision", "also step BareMetalHosts over Redfish (provision.yml)", "true", _bool)
+    add("--keep-artifacts", "run artifact directories kept per runner slot", 20, int)
+    add("--runner-slots", "ansible-runner runs at once; 0: one per whole CPU of the cgroup's limit, 1 without", 0, int)
+    add(
+        "--controllers",
+        "comma-separated sides to run, each best as its own identity: claims (reconcile.yml: HostClaims, tenant "
+        "Secrets, copies beside hosts), provisioner (provision.yml: BareMetalHosts over Redfish, BMC Secrets)",
+        ",".join(SIDES),
+    )
+    add("--shard", "i/n: serve the claims and hosts whose namespace hashes to shard i of n (a Lease each)", "0/1")
+    add("--namespace-selector", "label selector of the claim namespaces served (e.g. metalclaim.io/role=tenant)", "")
     add("--deploy-iso-url", "deploy ISO for disk images and cleaning", "")
     add("--media-dir", "media server directory (config drives)", "")
     add("--media-url", "media server URL as BMCs reach it", "")
-    add("--watch-secrets", "watch tenant Secrets' metadata (false: seen at resync only)", "true", _bool)
+    add(
+        "--watch-secrets",
+        "watch Secrets' metadata in each namespace holding claims (false: tenant Secret edits are seen at resync)",
+        "true",
+        _bool,
+    )
     add("--leader-elect", "hold a Lease so only one instance dispatches", "false", _bool)
     add("--leader-election-namespace", "namespace of the Lease", "metalclaim-system")
-    add("--leader-election-id", "name of the Lease", "metalclaim-controller")
+    add("--leader-election-id", "name of the Lease (a shard i/n adds -shard-i-of-n)", "metalclaim-controller")
     add("--leader-elect-lease-duration", "seconds a follower waits before taking an unrenewed Lease", 15.0, float)
     add("--leader-elect-renew-deadline", "seconds the leader keeps trying to renew before giving up", 10.0, float)
     add("--leader-elect-retry-period", "seconds between Lease attempts", 2.0, float)
@@ -100,6 +115,12 @@ def _serve(address: str, routes: dict) -> http.server.ThreadingHTTPServer | None
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    try:
+        scope = Scope(sides=parse_sides(args.controllers), shard=parse_shard(args.shard))
+    except ValueError as error:
+        parser().error(str(error))
+    if args.runner_slots < 0:
+        parser().error(f"--runner-slots {args.runner_slots}: 0 (from the CPU limit) or more")
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
     collection.import_path()
     from kubernetes import config as kube_config
@@ -126,14 +147,16 @@ def main(argv=None) -> int:
         batch_max_size=args.batch_max_size,
         private_data_dir=Path(args.private_data_dir),
         keep_artifacts=args.keep_artifacts,
-        provision=args.provision,
+        runner_slots=args.runner_slots or slots_for(cpu_limit()),
+        scope=scope,
+        namespace_selector=args.namespace_selector,
         deploy_iso_url=args.deploy_iso_url,
         media_dir=args.media_dir,
         media_url=args.media_url,
         watch_secrets=args.watch_secrets,
         leader_elect=args.leader_elect,
         leader_election_namespace=args.leader_election_namespace,
-        leader_election_id=args.leader_election_id,
+        leader_election_id=scope.lease_name(args.leader_election_id),
         identity=args.identity,
         lease_duration=args.leader_elect_lease_duration,
         renew_deadline=args.leader_elect_renew_deadline,

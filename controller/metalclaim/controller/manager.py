@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
@@ -21,6 +21,7 @@ from . import collection, mapper, metrics, outcomes
 from .leader import LeaderElector
 from .reflector import Reflector, Store
 from .runs import Runner
+from .scope import CLAIMS, PROVISIONER, Scope
 from .workqueue import LIVE, RESYNC, WorkQueue
 
 COLLECTION = "metalclaim.hostclaim"
@@ -41,12 +42,14 @@ class Settings:
     batch_max_wait: float = 0.25
     batch_max_size: int = 1000
     private_data_dir: Path = Path("/tmp/metalclaim-controller")
-    keep_artifacts: int = 20
-    provision: bool = True  # also run the Redfish provisioner (provision.yml) for hosts
+    keep_artifacts: int = 20  # per runner slot
+    runner_slots: int = 1  # ansible-runner children running at once (each a dispatcher thread)
+    scope: Scope = field(default_factory=Scope)  # sides (claims, provisioner) and shard
+    namespace_selector: str = ""  # label selector of the claim namespaces served; empty: all
     deploy_iso_url: str = ""
     media_dir: str = ""
     media_url: str = ""
-    watch_secrets: bool = True  # tenant Secrets' metadata; False: referenced Secrets are seen at resync only
+    watch_secrets: bool = True  # Secrets' metadata in namespaces holding claims; False: seen at resync only
     leader_elect: bool = False
     leader_election_namespace: str = "metalclaim-system"
     leader_election_id: str = "metalclaim-controller"
@@ -74,12 +77,16 @@ class Controller:
             "unbound", lambda c: [] if mapper.is_bound(c) or c["metadata"].get("deletionTimestamp") else [1]
         )
         self.reflectors: list[Reflector] = []
+        # Started as claims appear in a namespace; not part of readiness (a namespace the
+        # controller may not read must not keep it unready): the claims are reconciled anyway.
+        self.secret_reflectors: dict[str, Reflector] = {}
+        self._secret_lock = threading.Lock()
         self.leader: LeaderElector | None = None
         self._leader_thread: threading.Thread | None = None
-        self.runner: Runner | None = None
+        self.runners: list[Runner] = []
         self._cancel_run = threading.Event()
         self._release_lease = threading.Event()  # set once no run is in flight: only then may another leader start
-        self._dispatcher: threading.Thread | None = None
+        self._dispatchers: list[threading.Thread] = []
         self._started_at: dict[tuple, float] = {}  # claim key -> creation, until its Association turns True
 
     # -- events -> keys -------------------------------------------------------------------------
@@ -88,12 +95,24 @@ class Controller:
         if found.dropped:
             self.metrics.self_caused.labels(kind).inc()
         for key in found.keys:
-            if key[0] == mapper.HOST and not self.settings.provision:
-                continue
-            self.queue.add(key, RESYNC if initial else LIVE)
+            if self.serves(key):
+                self.queue.add(key, RESYNC if initial else LIVE)
+
+    def serves(self, key: tuple) -> bool:
+        """Whether this controller's side, shard and namespace selector cover a key."""
+        scope = self.settings.scope
+        kind, namespace, _name = key
+        if kind == mapper.HOST:
+            return PROVISIONER in scope.sides and scope.owns_namespace(namespace)
+        if CLAIMS not in scope.sides or not scope.owns_namespace(namespace):
+            return False
+        # With a selector, the Namespace store holds only the selected namespaces.
+        return not self.settings.namespace_selector or ("", namespace) in self.stores["Namespace"]
 
     def _on_claim(self, old, new, initial=False) -> None:
         self._observe_association(old, new)
+        if new is not None and self.settings.watch_secrets and self.serves(mapper.key_of(mapper.CLAIM, new)):
+            self._watch_secrets_in(new["metadata"]["namespace"])
         self._enqueue("HostClaim", mapper.claim_changed(old, new), initial)
 
     def _on_host(self, old, new, initial=False) -> None:
@@ -138,12 +157,12 @@ class Controller:
                 extravars[f"hostclaim_provision_{option}"] = getattr(self.settings, option)
         return collection.playbook("provision"), extravars
 
-    def _run_batch(self, keys: list) -> None:
+    def _run_batch(self, keys: list, slot: int) -> None:
         group = keys[0][0]
         playbook, extravars = self._extravars(group, keys)
         name = "reconcile" if group == mapper.CLAIM else "provision"
         self.metrics.batch_size.labels(name).observe(len(keys))
-        report = self.runner.run(playbook, extravars, self._cancel_run)
+        report = self.runners[slot].run(playbook, extravars, self._cancel_run)
         self.metrics.runs.labels(name, report.status).inc()
         self.metrics.run_seconds.labels(name).observe(report.seconds)
         log(
@@ -153,6 +172,7 @@ class Controller:
             count=len(keys),
             keys=_shown(keys),
             seconds=round(report.seconds, 3),
+            slot=slot,
         )
         if report.status != "successful":
             for failure in report.failures:
@@ -174,7 +194,8 @@ class Controller:
                 self.queue.forget(key)
         self.metrics.reconcile_seconds.labels(name).observe(report.seconds)
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, slot: int) -> None:
+        """One runner slot: take a batch (the queue never hands a key to two slots), run it, settle its keys."""
         while not self.stop.is_set():
             if self.leader is not None and not self.leader.is_leader:
                 self.stop.wait(0.1)
@@ -191,7 +212,7 @@ class Controller:
             if not keys:
                 continue
             try:
-                self._run_batch(keys)
+                self._run_batch(keys, slot)
             except Exception as error:  # never lose the keys: back off and carry on
                 log("dispatch_error", error=str(error))
                 for key in keys:
@@ -203,10 +224,13 @@ class Controller:
     def _resync(self) -> None:
         while not self.stop.wait(self.settings.resync_period):
             for claim in self.stores["HostClaim"].list():
-                self.queue.add(mapper.key_of(mapper.CLAIM, claim), RESYNC)
-            if self.settings.provision:
-                for host in self.stores["BareMetalHost"].list():
-                    self.queue.add(mapper.key_of(mapper.HOST, host), RESYNC)
+                key = mapper.key_of(mapper.CLAIM, claim)
+                if self.serves(key):
+                    self.queue.add(key, RESYNC)
+            for host in self.stores["BareMetalHost"].list():
+                key = mapper.key_of(mapper.HOST, host)
+                if self.serves(key):
+                    self.queue.add(key, RESYNC)
             self.metrics.resyncs.inc()
 
     # -- life cycle -----------------------------------------------------------------------------
@@ -215,8 +239,8 @@ class Controller:
         return all(r.synced.is_set() for r in self.reflectors)
 
     def alive(self) -> bool:
-        threads = [*self.reflectors, self._dispatcher]
-        return all(t is not None and t.is_alive() for t in threads) or self.stop.is_set()
+        threads = [*self.reflectors, *list(self.secret_reflectors.values()), *self._dispatchers]
+        return (bool(self._dispatchers) and all(t.is_alive() for t in threads)) or self.stop.is_set()
 
     def _reflector(self, api_version: str, kind: str, on_change, namespace=None, **options) -> None:
         reflector = Reflector(
@@ -233,19 +257,49 @@ class Controller:
         )
         self.reflectors.append(reflector)
 
+    def _watch_secrets_in(self, namespace: str) -> None:
+        """Tenant Secrets are read per namespace (the claim side has no cluster-wide Secret rights)."""
+        with self._secret_lock:
+            if namespace in self.secret_reflectors or self.stop.is_set():
+                return
+            reflector = Reflector(
+                self.api_client,
+                api_version="v1",
+                kind="Secret",
+                namespace=namespace,
+                store=self.stores["Secret"],
+                on_change=self._on_secret,
+                stop=self.stop,
+                on_restart=lambda reason: self.metrics.watch_restarts.labels("Secret", reason).inc(),
+                log=log,
+                metadata_only=True,
+                name=f"reflector-Secret-{namespace}",
+            )
+            self.secret_reflectors[namespace] = reflector
+        reflector.start()
+
     def start(self) -> None:
-        settings = self.settings
-        self._reflector(API_VERSION, "HostClaim", self._on_claim)
+        settings, sides = self.settings, self.settings.scope.sides
         for namespace in settings.infra_namespaces or (None,):
             self._reflector(API_VERSION, "BareMetalHost", self._on_host, namespace)
-            self._reflector(API_VERSION, "HostDeployPolicy", self._on_policy, namespace)
-        self._reflector("v1", "Namespace", self._on_namespace)
-        if settings.watch_secrets:
-            self._reflector("v1", "Secret", self._on_secret, metadata_only=True)
+        if CLAIMS in sides:
+            self._reflector(API_VERSION, "HostClaim", self._on_claim)
+            for namespace in settings.infra_namespaces or (None,):
+                self._reflector(API_VERSION, "HostDeployPolicy", self._on_policy, namespace)
+            self._reflector("v1", "Namespace", self._on_namespace, label_selector=settings.namespace_selector or None)
         envvars = {"ANSIBLE_COLLECTIONS_PATH": collection.collections_path()}
         if settings.kubeconfig:
             envvars["K8S_AUTH_KUBECONFIG"] = settings.kubeconfig
-        self.runner = Runner(settings.private_data_dir, envvars, keep_artifacts=settings.keep_artifacts)
+        # One private data dir per slot, each rotating its artifacts: disk stays within
+        # runner_slots x keep_artifacts runs, however many runs happen.
+        self.runners = [
+            Runner(
+                settings.private_data_dir if settings.runner_slots == 1 else settings.private_data_dir / f"slot-{slot}",
+                envvars,
+                keep_artifacts=settings.keep_artifacts,
+            )
+            for slot in range(settings.runner_slots)
+        ]
         for reflector in self.reflectors:
             reflector.start()
         if settings.leader_elect:
@@ -267,10 +321,22 @@ class Controller:
             self._leader_thread.start()
         else:
             self.metrics.leader.set(1)
-        self._dispatcher = threading.Thread(target=self._dispatch, name="dispatcher", daemon=True)
-        self._dispatcher.start()
+        self._dispatchers = [
+            threading.Thread(target=self._dispatch, args=(slot,), name=f"dispatcher-{slot}", daemon=True)
+            for slot in range(len(self.runners))
+        ]
+        for dispatcher in self._dispatchers:
+            dispatcher.start()
         threading.Thread(target=self._resync, name="resync", daemon=True).start()
-        log("started", infra_namespaces=list(settings.infra_namespaces), leader_elect=settings.leader_elect)
+        log(
+            "started",
+            controllers=list(sides),
+            shard=f"{settings.scope.shard[0]}/{settings.scope.shard[1]}",
+            namespace_selector=settings.namespace_selector,
+            infra_namespaces=list(settings.infra_namespaces),
+            leader_elect=settings.leader_elect,
+            runner_slots=settings.runner_slots,
+        )
 
     def _lost_leadership(self) -> None:
         self.metrics.leader.set(0)
@@ -282,13 +348,17 @@ class Controller:
         """Stop: the run in progress finishes or is cancelled within the grace period; then the Lease is released."""
         self.stop.set()
         self.queue.shutdown()
-        if self._dispatcher is not None and self._dispatcher is not threading.current_thread():
-            self._dispatcher.join(self.settings.grace_period / 2)
-            if self._dispatcher.is_alive():
-                self._cancel_run.set()
-                self._dispatcher.join(self.settings.grace_period / 2)
-        if self.runner is not None:
-            self.runner.close()
+        dispatchers = [d for d in self._dispatchers if d is not threading.current_thread()]
+        deadline = time.monotonic() + self.settings.grace_period / 2
+        for dispatcher in dispatchers:  # the runs in flight may finish within half the grace period
+            dispatcher.join(max(0.0, deadline - time.monotonic()))
+        if any(d.is_alive() for d in dispatchers):
+            self._cancel_run.set()
+            deadline = time.monotonic() + self.settings.grace_period / 2
+            for dispatcher in dispatchers:
+                dispatcher.join(max(0.0, deadline - time.monotonic()))
+        for runner in self.runners:
+            runner.close()
         self._release_lease.set()
         if self.leader is not None and self._leader_thread is not threading.current_thread():
             self._leader_thread.join(5)

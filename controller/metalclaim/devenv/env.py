@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import REPO_ROOT
 from . import redfish
-from .controlplane import ControlPlane, build_binaries
+from .controlplane import IDENTITIES, ControlPlane, build_binaries
 from .processes import DevenvError, alive, free_port, stop_process_group
 
 STATE_FILE = "devenv.json"
@@ -26,6 +26,8 @@ INFRA_NAMESPACE = "infrahost"
 # tenant identity -> its namespace; tenant-a owns the user guide's `cluster-ns`.
 TENANT_NAMESPACES = {"tenant-a": "cluster-ns", "tenant-b": "tenant-b"}
 HOST_PREFIX = "bm"
+CLAIMS_USER = IDENTITIES["controller"][0]  # the controller's claim side
+PROVISIONER_USER = IDENTITIES["provisioner"][0]  # the controller's provisioner side
 
 
 def progress(message: str) -> None:
@@ -158,30 +160,50 @@ def tenancy_objects() -> list[dict]:
     objects: list[dict] = [
         namespace(INFRA_NAMESPACE, {"metalclaim.io/role": "infrastructure"}),
         role_binding("infra", INFRA_NAMESPACE, "metalclaim-infra", "infra"),
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": "metalclaim-controller"},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": "metalclaim-controller",
-            },
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}],
-        },
-        # The leader-election Role (config/rbac) for the same user; config/manager binds the ServiceAccount.
+        *infra_namespace_bindings(INFRA_NAMESPACE),
+        cluster_role_binding("metalclaim-controller", CLAIMS_USER),
+        cluster_role_binding("metalclaim-provisioner", PROVISIONER_USER),
+        # The leader-election Role (config/rbac) for both sides; config/manager binds the ServiceAccounts.
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "RoleBinding",
             "metadata": {"name": "metalclaim-leader-election", "namespace": "metalclaim-system"},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "metalclaim-leader-election"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}],
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
+                for user in (CLAIMS_USER, PROVISIONER_USER)
+            ],
         },
     ]
     for tenant, ns in TENANT_NAMESPACES.items():
         objects.append(namespace(ns, {"metalclaim.io/role": "tenant", "metalclaim.io/tenant": tenant}))
         objects.append(role_binding(tenant, ns, "metalclaim-tenant", tenant))
+        objects += tenant_namespace_bindings(ns)
     return objects
+
+
+def infra_namespace_bindings(name: str) -> list[dict]:
+    """An infrastructure namespace's Secret rights for the controller's sides (config/rbac/namespace_roles.yaml):
+    the claim side writes copies there, the provisioner reads BMC credentials and copies."""
+    return [
+        role_binding("metalclaim-copies", name, "metalclaim-copies-writer", CLAIMS_USER),
+        role_binding("metalclaim-bmc-secrets", name, "metalclaim-bmc-secrets-reader", PROVISIONER_USER),
+    ]
+
+
+def tenant_namespace_bindings(name: str) -> list[dict]:
+    """A tenant namespace's Secret rights for the claim side: it reads the Secrets claims reference."""
+    return [role_binding("metalclaim-tenant-secrets", name, "metalclaim-tenant-secrets-reader", CLAIMS_USER)]
+
+
+def cluster_role_binding(role: str, user: str) -> dict:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
 
 
 def namespace(name: str, labels: dict[str, str]) -> dict:
