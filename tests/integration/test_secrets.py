@@ -329,8 +329,8 @@ def test_a_full_reconcile_reads_no_secret_outside_the_claims_namespace(devenv, b
 
     secret_requests = {key: n for key, n in kube.requests.items() if key[1] == "Secret"}
     outside = {key: n for key, n in secret_requests.items() if key[2] != TENANT_A}
+    # (Outside: this rack, and other tests' racks whose orphaned hosts the run released.)
     assert {verb for verb, _kind, _namespace in outside} <= {"create", "replace", "delete"}, outside
-    assert {namespace for _verb, _kind, namespace in outside} == {rack.namespace}
     # It did write there: created two copies, replaced one, deleted both (the test could fail).
     assert (outside[("create", "Secret", rack.namespace)], outside[("replace", "Secret", rack.namespace)]) == (2, 1)
     assert outside[("delete", "Secret", rack.namespace)] == 2
