@@ -1,35 +1,54 @@
-"""The main job on the embedded default: the user guide's scenario on a local fleet.
+"""The user guide's scenario on a local fleet, driven by the controller; people only use kubectl.
 
     python -m metalclaim.demo --dir .devenv --hosts 4
 
-Brings the devenv up (control plane + Redfish emulator + registered BareMetalHosts),
-applies the guide's HostDeployPolicy as the infra team and its HostClaim as a tenant,
-then shows what each of them can see.
+Brings the devenv up (control plane + Redfish emulator + registered BareMetalHosts), starts the
+controller as two processes of its own - the claim side as the `controller` identity, the Redfish
+provisioner as the `provisioner` identity - then plays the guide with kubectl alone, as the infra team
+and a tenant would: the fleet is registered and inspected, the infra team applies the guide's
+HostDeployPolicy, the tenant applies the guide's HostClaim and watches it become Associated, sets
+`online` and a live ISO and watches it become Provisioned, deletes it and the infra team watches the host
+released. Each wait is a `kubectl get --watch`; the time of each step is printed at the end. The
+controllers log to <dir>/demo/ and are stopped (SIGTERM) at the end or on Ctrl-C; the devenv keeps running.
+
+No deploy ISO is configured: the emulated servers boot nothing, so no image writer would ever call back.
+A live ISO needs none; a released host's `Cleaned` condition says `CleaningUnsupported` instead of waiting.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
+import contextlib
 import functools
 import http.server
 import io
 import json
+import queue
 import re
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pycdlib
 
 from . import REPO_ROOT
 from .devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, Devenv
-from .devenv.processes import DevenvError
-from .runner import run
+from .devenv.processes import DevenvError, free_port
 
 GUIDE = REPO_ROOT.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt"
 TENANT = "tenant-a"
+CLAIM = "my-hostclaim"
+# side of the controller -> the devenv identity it runs as (each side's least-privilege ClusterRole)
+SIDES = {"claims": "controller", "provisioner": "provisioner"}
+WAIT = 300  # seconds: a step that takes longer is stuck (each takes seconds on the emulator)
 
 
 def guide_block(kind: str) -> str:
@@ -43,43 +62,199 @@ def step(title: str) -> None:
     print(f"\n== {title}", flush=True)
 
 
-def show(env: Devenv, identity: str, *args: str) -> None:
-    print(f"[{identity}] $ kubectl {' '.join(args)}")
-    result = env.kubectl(identity, *args, check=False)
-    print((result.stdout or result.stderr).rstrip())
+def kubectl(env: Devenv, identity: str, *args: str, stdin: str | None = None) -> str:
+    """Run kubectl as `identity`, echoing the command and its output as a person would see them."""
+    print(f"[{identity}] $ kubectl {' '.join(args)}" + (" <<EOF" if stdin else ""), flush=True)
+    result = env.kubectl(identity, *args, stdin=stdin, check=False)
+    print((result.stdout or result.stderr).rstrip(), flush=True)
+    return result.stdout
 
 
-def run_module(env: Devenv, identity: str, module: str, args: dict) -> dict:
-    """Run one collection module on localhost as `identity`; return its result."""
-    with tempfile.TemporaryDirectory() as private:
-        result = run(Path(private), env.kubeconfig(identity), module=f"metalclaim.hostclaim.{module}", module_args=args)
-    if not result.tasks:
-        raise DevenvError(f"{module} did not run ({result.status}):\n{result.stdout}")
-    return result.tasks[0]
+# -- the controller, as two processes ---------------------------------------------------------
 
 
-def provision(env: Devenv, wait: float) -> dict:
-    """Steps of the Redfish provisioner over the infra namespace, as the controller identity."""
-    return run_module(env, "controller", "bmh_redfish", {"namespaces": [INFRA_NAMESPACE], "wait": wait})
+@dataclass
+class Controller:
+    side: str
+    identity: str
+    process: subprocess.Popen
+    log: Path
+    health: str
+    metrics: str
+
+    def ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise DevenvError(f"the {self.side} controller exited ({self.process.returncode}):\n{self.tail()}")
+        try:
+            with urllib.request.urlopen(f"{self.health}/readyz", timeout=2) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def reconcile(env: Devenv) -> None:
-    with tempfile.TemporaryDirectory() as private:
-        result = run(
-            Path(private), env.kubeconfig("controller"), playbook=str(REPO_ROOT / "playbooks" / "reconcile.yml")
+def start_controllers(env: Devenv, directory: Path) -> list[Controller]:
+    directory.mkdir(parents=True, exist_ok=True)
+    controllers = []
+    for side, identity in SIDES.items():
+        if identity not in env.state["kubeconfigs"]:
+            raise DevenvError(
+                f"this environment has no {identity!r} identity (started by an older version): "
+                "`make devenv-down`, then `make demo` again"
+            )
+        health, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        log = directory / f"{side}.log"
+        argv = [
+            sys.executable, "-m", "metalclaim.controller",
+            "--controllers", side,
+            "--kubeconfig", env.kubeconfig(identity),
+            "--infra-namespaces", INFRA_NAMESPACE,
+            "--private-data-dir", str(directory / side),
+            "--health-probe-bind-address", health,
+            "--metrics-bind-address", metrics,
+        ]  # fmt: skip
+        print(f"[{identity}] $ metalclaim-controller {' '.join(argv[3:])}")
+        with log.open("w") as out:
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        controllers.append(Controller(side, identity, process, log, f"http://{health}", f"http://{metrics}"))
+    deadline = time.monotonic() + 60
+    while not all(c.ready() for c in controllers):
+        if time.monotonic() > deadline:
+            raise DevenvError(
+                "the controllers were not ready within 60 s:\n" + "\n".join(c.tail() for c in controllers)
+            )
+        time.sleep(0.2)
+    for controller in controllers:
+        print(
+            f"  {controller.side}: ready, {controller.health}/readyz {controller.metrics}/metrics, log {controller.log}"
         )
-    failed = [task for task in result.tasks if task["failed"]]
-    if failed:
-        raise DevenvError(f"reconcile failed: {failed[0].get('msg')}")
+    return controllers
 
 
-def tenant_claim(env: Devenv, namespace: str) -> dict:
-    return json.loads(env.kubectl(TENANT, "get", "hostclaim", "my-hostclaim", "-n", namespace, "-o", "json").stdout)
+def stop_controllers(controllers: list[Controller]) -> None:
+    for controller in controllers:
+        if controller.process.poll() is None:
+            controller.process.send_signal(signal.SIGTERM)
+    for controller in controllers:
+        try:
+            controller.process.wait(30)
+        except subprocess.TimeoutExpired:
+            controller.process.kill()
+            controller.process.wait(10)
 
 
-def condition(claim: dict, type_: str) -> str:
-    found = next((c for c in claim.get("status", {}).get("conditions", []) if c["type"] == type_), {})
-    return f"{found.get('status')} ({found.get('reason')})"
+# -- watching as a person would: kubectl get --watch -------------------------------------------
+
+
+class Watch:
+    """`kubectl get ... --watch` as one identity: the objects it shows, kept up to date from its events.
+
+    A plain `kubectl get` first, and again after a quiet spell: a watch shows nothing for objects already
+    gone when it starts, and its first events (the current objects) arrive one by one."""
+
+    QUIET = 5  # seconds without an event after which the objects are listed again
+    BURST = 0.2  # seconds between the events of one burst
+
+    def __init__(self, env: Devenv, identity: str, *args: str):
+        self.command = f"[{identity}] $ kubectl get {' '.join(args)} --watch"
+        self.argv = [env.state["binaries"]["kubectl"], f"--kubeconfig={env.kubeconfig(identity)}", "get", *args]
+        self.events: queue.Queue = queue.Queue()
+
+    def _list(self) -> dict[str, dict]:
+        result = subprocess.run([*self.argv, "-o", "json"], capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise DevenvError(f"{self.command}: {result.stderr.strip()}")
+        return {item["metadata"]["name"]: item for item in json.loads(result.stdout)["items"]}
+
+    def _read(self, process: subprocess.Popen) -> None:
+        # One event per line (kubectl prints compact JSON when watching); an indented one spans lines.
+        text = ""
+        for line in process.stdout:
+            text += line
+            try:
+                event = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            self.events.put(event)
+            text = ""
+        self.events.put(None)
+
+    def until(self, done: Callable[[dict], bool], describe: Callable[[dict], str], started: float) -> dict:
+        """Objects by name once done(objects); prints describe(objects) each time it changes."""
+        print(self.command, flush=True)
+        objects, shown = self._list(), None
+        process = subprocess.Popen(
+            [*self.argv, "--watch", "--output-watch-events", "-o", "json"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        threading.Thread(target=self._read, args=(process,), daemon=True).start()
+        try:
+            while True:
+                line = describe(objects)
+                if line != shown:
+                    print(f"  {time.monotonic() - started:6.1f} s  {line}", flush=True)
+                    shown = line
+                if done(objects):
+                    return objects
+                remaining = started + WAIT - time.monotonic()
+                if remaining <= 0:
+                    raise DevenvError(f"{self.command}: not done within {WAIT} s; last seen: {shown}")
+                try:
+                    events = [self.events.get(timeout=min(remaining, self.QUIET))]
+                except queue.Empty:
+                    objects = self._list()
+                    continue
+                with contextlib.suppress(queue.Empty):  # a burst (one run's writes) shows as one change
+                    while True:
+                        events.append(self.events.get(timeout=self.BURST))
+                for event in events:
+                    if event is None:
+                        raise DevenvError(f"{self.command} ended: {process.stderr.read().strip()}")
+                    name = event["object"]["metadata"]["name"]
+                    if event["type"] == "DELETED":
+                        objects.pop(name, None)
+                    else:
+                        objects[name] = event["object"]
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+def host_state(host: dict) -> str:
+    return ((host.get("status") or {}).get("provisioning") or {}).get("state") or "-"
+
+
+def describe_hosts(hosts: dict) -> str:
+    def one(name: str, host: dict) -> str:
+        consumer = ((host.get("spec") or {}).get("consumerRef") or {}).get("name")
+        return f"{name} {host_state(host)}" + (f" (consumer {consumer})" if consumer else "")
+
+    return ", ".join(one(name, host) for name, host in sorted(hosts.items())) or "no hosts"
+
+
+def conditions(claim: dict) -> dict:
+    return {c["type"]: c for c in (claim.get("status") or {}).get("conditions") or []}
+
+
+def describe_claim(claims: dict) -> str:
+    claim = claims.get(CLAIM)
+    if claim is None:
+        return "gone"
+    shown = [f"{t}={c['status']} ({c['reason']})" for t, c in conditions(claim).items() if t != "Ready"]
+    status = claim.get("status") or {}
+    host = (status.get("hardwareData") or {}).get("name")
+    deleting = "deleting, " if claim["metadata"].get("deletionTimestamp") else ""
+    on_host = f"  host {host}, poweredOn {status.get('poweredOn')}" if host else ""
+    return deleting + "  ".join(shown or ["no status yet"]) + on_host
+
+
+def condition_true(claims: dict, type_: str) -> bool:
+    return (conditions(claims.get(CLAIM) or {}).get(type_) or {}).get("status") == "True"
 
 
 def print_conditions(claim: dict) -> None:
@@ -94,7 +269,7 @@ def print_conditions(claim: dict) -> None:
 
 
 class LiveIso:
-    """A small live ISO served on loopback while the emulated BMC downloads it."""
+    """A small live ISO served on loopback for the emulated BMC's virtual media."""
 
     def __enter__(self) -> str:
         self._dir = tempfile.TemporaryDirectory()
@@ -120,26 +295,103 @@ class _QuietFiles(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def show_bmc(env: Devenv, host: str) -> None:
-    sys.path.insert(0, str(REPO_ROOT / ".collections"))
-    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.redfish import RedfishClient
-    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
-        parse_bmc_address,
-    )
+# -- the scenario --------------------------------------------------------------------------------
 
-    bmh = json.loads(env.kubectl("infra", "get", "baremetalhost", host, "-n", INFRA_NAMESPACE, "-o", "json").stdout)
-    secret = json.loads(
-        env.kubectl(
-            "infra", "get", "secret", bmh["spec"]["bmc"]["credentialsName"], "-n", INFRA_NAMESPACE, "-o", "json"
-        ).stdout
+
+def play(env: Devenv, iso_url: str, timings: dict[str, float]) -> None:
+    tenant_ns = TENANT_NAMESPACES[TENANT]
+    claims = ("hostclaims", "-n", tenant_ns, f"--field-selector=metadata.name={CLAIM}")
+    hosts = ("baremetalhosts", "-n", INFRA_NAMESPACE)
+
+    def timed(what: str, started: float) -> None:
+        timings[what] = time.monotonic() - started
+
+    if json.loads(env.kubectl(TENANT, "get", *claims, "-o", "json").stdout)["items"]:
+        step(f"A previous run's {CLAIM} is still there: the tenant deletes it first")
+        started = time.monotonic()
+        kubectl(env, TENANT, "delete", "hostclaim", CLAIM, "-n", tenant_ns, "--wait=false")
+        Watch(env, TENANT, *claims).until(lambda found: CLAIM not in found, describe_claim, started)
+
+    step("The provisioner registers and inspects the fleet (the infra team watches)")
+    started = time.monotonic()
+    Watch(env, "infra", *hosts).until(
+        lambda found: (
+            len(found) >= env.state["fleet_size"] and all(host_state(h) == "available" for h in found.values())
+        ),
+        describe_hosts,
+        started,
     )
-    username, password = (base64.b64decode(secret["data"][key]).decode() for key in ("username", "password"))
-    client = RedfishClient(parse_bmc_address(bmh["spec"]["bmc"]["address"]), username, password, timeout=5)
-    try:
-        print(f"  {host}: power {client.power_state()}, boot override {client.boot_override()}")
-        print(f"  {host}: virtual CD {client.media('cd')}")
-    finally:
-        client.close()
+    timed(f"fleet registered and inspected ({env.state['fleet_size']} hosts)", started)
+    kubectl(env, "infra", "get", "hardwaredata", "-n", INFRA_NAMESPACE)
+
+    step("The infra team applies the guide's HostDeployPolicy")
+    kubectl(env, "infra", "apply", "-f", "-", stdin=guide_block("HostDeployPolicy"))
+
+    step(f"The tenant ({TENANT}) creates its userData Secret and the guide's HostClaim in {tenant_ns}")
+    secret = env.kubectl(
+        TENANT, "create", "secret", "generic", "my-userdata", "-n", tenant_ns,
+        "--from-literal=userData=#cloud-config\nhostname: demo\n", "--dry-run=client", "-o", "yaml",
+    ).stdout  # fmt: skip
+    kubectl(env, TENANT, "apply", "-f", "-", stdin=secret)
+    started = time.monotonic()
+    kubectl(env, TENANT, "apply", "-f", "-", stdin=guide_block("HostClaim"))
+    found = Watch(env, TENANT, *claims).until(lambda f: condition_true(f, "Association"), describe_claim, started)
+    timed("claim applied -> Associated", started)
+    print_conditions(found[CLAIM])
+    host = found[CLAIM]["status"]["hardwareData"]["name"]
+
+    step("What the tenant cannot see")
+    kubectl(env, TENANT, "get", "baremetalhosts", "-n", INFRA_NAMESPACE)
+    kubectl(env, TENANT, "get", "secret", f"{host}-bmc-secret", "-n", INFRA_NAMESPACE)
+    step("What the infra team sees: the host's consumer and the copied userData Secret beside it")
+    kubectl(env, "infra", "get", *hosts)
+    kubectl(
+        env, "infra", "get", "secret", f"{host}-userdata", "-n", INFRA_NAMESPACE,
+        "-o", "custom-columns=NAME:.metadata.name,TYPE:.type",
+    )  # fmt: skip
+
+    step("The tenant boots a live ISO: online: true (the guide's provisioning step; its qcow2 URL is not reachable)")
+    patch = json.dumps({"spec": {"online": True, "image": {"url": iso_url, "format": "live-iso"}}})
+    started = time.monotonic()
+    kubectl(env, TENANT, "patch", "hostclaim", CLAIM, "-n", tenant_ns, "--type=merge", "-p", patch)
+    found = Watch(env, TENANT, *claims).until(
+        lambda f: condition_true(f, "Provisioned") and (f[CLAIM].get("status") or {}).get("poweredOn") is True,
+        describe_claim,
+        started,
+    )
+    timed("online + live ISO -> Provisioned, powered on", started)
+    print_conditions(found[CLAIM])
+    kubectl(env, "infra", "get", "baremetalhost", host, "-n", INFRA_NAMESPACE)
+
+    step("The tenant deletes its claim; the infra team watches the host released")
+    started = time.monotonic()
+    kubectl(env, TENANT, "delete", "hostclaim", CLAIM, "-n", tenant_ns, "--wait=false")
+    Watch(env, TENANT, *claims).until(lambda f: CLAIM not in f, describe_claim, started)
+
+    def released(found: dict) -> bool:
+        spec = found[host].get("spec") or {}
+        return "consumerRef" not in spec and host_state(found[host]) == "available"
+
+    Watch(env, "infra", *hosts, f"--field-selector=metadata.name={host}").until(
+        lambda f: host in f and released(f), describe_hosts, started
+    )
+    timed("claim deleted -> host released, available", started)
+    kubectl(
+        env, "infra", "get", "baremetalhost", host, "-n", INFRA_NAMESPACE,
+        "-o", "custom-columns=NAME:.metadata.name,STATE:.status.provisioning.state,CONSUMER:.spec.consumerRef.name,"
+        "CLEANED:.status.conditions[?(@.type=='Cleaned')].reason",
+    )  # fmt: skip
+
+
+def print_timings(timings: dict[str, float]) -> None:
+    width = max(len(what) for what in timings)
+    print(f"\n{'step':<{width}}  seconds")
+    for what, seconds in timings.items():
+        print(f"{what:<{width}}  {seconds:7.1f}")
+
+
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")  # SIGTERM unwinds like Ctrl-C: the controllers are stopped
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,117 +401,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path(".devenv"))
     parser.add_argument("--hosts", type=int, default=4)
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    controllers: list[Controller] = []
+    timings: dict[str, float] = {}
     try:
         step(f"Local environment with {args.hosts} emulated Redfish servers")
+        started = time.monotonic()
         env = Devenv.up(args.dir, args.hosts)
-        tenant_ns = TENANT_NAMESPACES[TENANT]
-        show(env, "infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE, "--show-labels")
+        timings["environment up (control plane, Redfish fleet, hosts registered)"] = time.monotonic() - started
+        kubectl(env, "infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE, "--show-labels")
 
-        step("The infra team applies the guide's HostDeployPolicy")
-        print(env.kubectl("infra", "apply", "-f", "-", stdin=guide_block("HostDeployPolicy")).stdout.rstrip())
+        step("The controller: the claim side as `controller`, the Redfish provisioner as `provisioner`")
+        started = time.monotonic()
+        controllers = start_controllers(env, env.directory / "demo")
+        timings["controllers started and synced"] = time.monotonic() - started
 
-        step(f"The tenant ({TENANT}) creates its userData Secret and the guide's HostClaim in {tenant_ns}")
-        userdata = "#cloud-config\nhostname: demo\n"
-        secret = env.kubectl(
-            TENANT,
-            "create",
-            "secret",
-            "generic",
-            "my-userdata",
-            "-n",
-            tenant_ns,
-            f"--from-literal=userData={userdata}",
-            "--dry-run=client",
-            "-o",
-            "yaml",
-        ).stdout
-        print(env.kubectl(TENANT, "apply", "-f", "-", stdin=secret).stdout.rstrip())
-        print(env.kubectl(TENANT, "apply", "-f", "-", stdin=guide_block("HostClaim")).stdout.rstrip())
-        show(env, TENANT, "get", "hostclaims", "-n", tenant_ns)
-
-        step("What the tenant cannot see")
-        show(env, TENANT, "get", "baremetalhosts", "-n", INFRA_NAMESPACE)
-        show(env, TENANT, "get", "secret", "bm-00-bmc-secret", "-n", INFRA_NAMESPACE)
-
-        step("The controller asks which policies admit the claim (metalclaim.hostclaim.hostdeploypolicy_check)")
-        result = run_module(
-            env, "controller", "hostdeploypolicy_check", {"namespace": tenant_ns, "claim": "my-hostclaim"}
-        )
-        print(result.get("message") or result.get("msg"))
-        for decision in result.get("decisions", []):
-            print(f"  {decision['policy']:<24} {decision['reason']:<16} {decision['message']}")
-
-        step("The Redfish provisioner registers and inspects the fleet (metalclaim.hostclaim.bmh_redfish)")
-        result = provision(env, wait=90)
-        print(
-            f"  {result.get('states')} after {result.get('steps')} steps, "
-            f"{result.get('redfish_requests')} Redfish requests"
-        )
-        show(env, "infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE)
-        show(env, "infra", "get", "hardwaredata", "-n", INFRA_NAMESPACE)
-
-        step("The controller runs the reconcile playbook (metalclaim.hostclaim.reconcile)")
-        with tempfile.TemporaryDirectory() as private:
-            result = run(
-                Path(private), env.kubeconfig("controller"), playbook=str(REPO_ROOT / "playbooks" / "reconcile.yml")
-            )
-        for task in result.tasks:
-            print(
-                f"  {task['task']:<40} {'FAILED: ' + task.get('msg', '') if task['failed'] else task.get('msg', 'ok')}"
-            )
-
-        step("What the tenant sees: its claim, bound, with the guide's conditions and Events")
-        show(env, TENANT, "get", "hostclaims", "-n", tenant_ns)
-        claim = json.loads(
-            env.kubectl(TENANT, "get", "hostclaim", "my-hostclaim", "-n", tenant_ns, "-o", "json").stdout
-        )
-        status = claim.get("status", {})
-        print_conditions(claim)
-        show(env, TENANT, "get", "events", "-n", tenant_ns, "--field-selector=involvedObject.name=my-hostclaim")
-        step("What the infra team sees: the host's consumer and the copied userData Secret beside it")
-        show(env, "infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE)
-        host = (status.get("hardwareData") or {}).get("name", "bm-00")
-        show(
-            env,
-            "infra",
-            "get",
-            "secret",
-            f"{host}-userdata",
-            "-n",
-            INFRA_NAMESPACE,
-            "-o",
-            "custom-columns=NAME:.metadata.name,OWNER:.metadata.ownerReferences[0].name",
-        )
-
-        step("The tenant switches to a live ISO and sets online: true (the guide's provisioning step)")
         with LiveIso() as iso_url:
-            patch = {"spec": {"online": True, "image": {"url": iso_url, "format": "live-iso"}}}
-            print(
-                f"[{TENANT}] $ kubectl patch hostclaim my-hostclaim -n {tenant_ns} "
-                f"--type=merge -p '{json.dumps(patch)}'"
-            )
-            env.kubectl(
-                TENANT, "patch", "hostclaim", "my-hostclaim", "-n", tenant_ns, "--type=merge", "-p", json.dumps(patch)
-            )
-            for round_number in range(1, 9):
-                reconcile(env)
-                result = provision(env, wait=20)
-                reconcile(env)
-                claim = tenant_claim(env, tenant_ns)
-                provisioned = condition(claim, "Provisioned")
-                print(f"  round {round_number}: host {result.get('states')}, claim Provisioned={provisioned}")
-                if provisioned.startswith("True"):
-                    break
-        print_conditions(tenant_claim(env, tenant_ns))
-        step("What the emulated BMC says (read over Redfish as the infra team's provisioner would)")
-        show_bmc(env, host)
+            play(env, iso_url, timings)
+        print_timings(timings)
         print(
-            f"\nThe environment keeps running: kubeconfigs are in {env.directory / 'kubeconfig'}.\n"
-            "Stop it with: make devenv-down"
+            f"\nThe environment keeps running: kubeconfigs are in {env.directory / 'kubeconfig'}, the controllers'"
+            f" logs in {env.directory / 'demo'}.\nStop it with: make devenv-down"
         )
     except DevenvError as error:
         print(f"demo: {error}", file=sys.stderr)
+        for controller in controllers:
+            print(
+                f"\n-- {controller.side} controller, last lines of {controller.log} --\n{controller.tail()}",
+                file=sys.stderr,
+            )
         return 1
+    except KeyboardInterrupt:
+        print("\ndemo: interrupted; stopping the controllers", file=sys.stderr)
+        return 130
+    finally:
+        stop_controllers(controllers)
     return 0
 
 
