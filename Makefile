@@ -14,7 +14,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 .PHONY: help setup demo test unit integration lint build sanity molecule devenv-up devenv-down controlplane clean lock
 
 help:
-	@echo "make demo   - bring up the local environment and play the user guide's scenario"
+	@echo "make demo   - bring up the local environment, start the controller, play the user guide with kubectl"
 	@echo "make test   - lint, unit and integration tests (builds/reuses the control plane)"
 	@echo "make devenv-up / devenv-down - start/stop the environment in $(DEVENV_DIR)"
 
