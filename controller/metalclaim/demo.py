@@ -95,15 +95,16 @@ class Controller:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def start_controllers(env: Devenv, directory: Path) -> list[Controller]:
+def start_controllers(env: Devenv, directory: Path, controllers: list[Controller]) -> None:
+    """Start each side into `controllers` (the caller stops them, also when this fails half-way); wait until ready."""
+    missing = [identity for identity in SIDES.values() if identity not in env.state["kubeconfigs"]]
+    if missing:
+        raise DevenvError(
+            f"this environment has no {', '.join(missing)} identity (started by an older version): "
+            "`make devenv-down`, then `make demo` again"
+        )
     directory.mkdir(parents=True, exist_ok=True)
-    controllers = []
     for side, identity in SIDES.items():
-        if identity not in env.state["kubeconfigs"]:
-            raise DevenvError(
-                f"this environment has no {identity!r} identity (started by an older version): "
-                "`make devenv-down`, then `make demo` again"
-            )
         health, metrics = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
         log = directory / f"{side}.log"
         argv = [
@@ -130,7 +131,6 @@ def start_controllers(env: Devenv, directory: Path) -> list[Controller]:
         print(
             f"  {controller.side}: ready, {controller.health}/readyz {controller.metrics}/metrics, log {controller.log}"
         )
-    return controllers
 
 
 def stop_controllers(controllers: list[Controller]) -> None:
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
 
         step("The controller: the claim side as `controller`, the Redfish provisioner as `provisioner`")
         started = time.monotonic()
-        controllers = start_controllers(env, env.directory / "demo")
+        start_controllers(env, env.directory / "demo", controllers)
         timings["controllers started and synced"] = time.monotonic() - started
 
         with LiveIso() as iso_url:
