@@ -46,7 +46,7 @@ devenv-down: setup
 	$(PY) -m metalclaim.devenv down --dir $(DEVENV_DIR)
 
 demo: setup
-	$(PY) -m metalclaim.demo --dir $(DEVENV_DIR) --hosts $(HOSTS)
+	$(PY) -m metalclaim.devenv.demo --dir $(DEVENV_DIR) --hosts $(HOSTS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,6 +1,6 @@
 """The user guide's scenario on a local fleet, driven by the controller; people only use kubectl.
 
-    python -m metalclaim.demo --dir .devenv --hosts 4
+    python -m metalclaim.devenv.demo --dir .devenv --hosts 4
 
 Brings the devenv up (control plane + Redfish emulator + registered BareMetalHosts), starts the
 controller as two processes of its own - the claim side as the `controller` identity, the Redfish
@@ -39,9 +39,9 @@ from pathlib import Path
 
 import pycdlib
 
-from . import REPO_ROOT
-from .devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, Devenv
-from .devenv.processes import DevenvError, free_port
+from .. import REPO_ROOT
+from .env import INFRA_NAMESPACE, TENANT_NAMESPACES, Devenv
+from .processes import DevenvError, free_port
 
 GUIDE = REPO_ROOT.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt"
 TENANT = "tenant-a"
@@ -396,7 +396,9 @@ def _interrupt(signum, _frame):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m metalclaim.demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m metalclaim.devenv.demo",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--dir", type=Path, default=Path(".devenv"))
     parser.add_argument("--hosts", type=int, default=4)
