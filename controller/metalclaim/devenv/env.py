@@ -183,8 +183,9 @@ def tenancy_objects() -> list[dict]:
 
 
 def infra_namespace_bindings(name: str) -> list[dict]:
-    """An infrastructure namespace's Secret rights for the controller's sides (config/rbac/namespace_roles.yaml):
-    the claim side writes copies there, the provisioner reads BMC credentials and copies."""
+    """An infrastructure namespace's Secret rights for the controller's sides (config/rbac/copies_writer_role.yaml,
+    bmc_secrets_reader_role.yaml): the claim side writes copies there, the provisioner reads BMC credentials and copies.
+    """
     return [
         role_binding("metalclaim-copies", name, "metalclaim-copies-writer", CLAIMS_USER),
         role_binding("metalclaim-bmc-secrets", name, "metalclaim-bmc-secrets-reader", PROVISIONER_USER),
