@@ -54,6 +54,33 @@ def floor(work: Path, runs: int = 10) -> float:
     return statistics.median(times)
 
 
+def claim_side(env, rack: str, private: Path, metrics_port: int, health_port: int | None, *extra: str):
+    """The controller's claim side for the rack, as its own process and identity (quiet: WARNING logs)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "metalclaim.controller",
+            "--kubeconfig",
+            env.kubeconfig("controller"),
+            "--infra-namespaces",
+            rack,
+            "--controllers",
+            "claims",
+            "--private-data-dir",
+            str(private),
+            "--metrics-bind-address",
+            f"127.0.0.1:{metrics_port}",
+            "--health-probe-bind-address",
+            f"127.0.0.1:{health_port}" if health_port else "0",
+            "--log-level",
+            "WARNING",
+            *extra,
+        ],
+        env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections")},
+    )
+
+
 def claim(admin, tenant: str, kind: str, name: str) -> None:
     api(admin, "HostClaim").create(
         body={
@@ -97,28 +124,7 @@ def main() -> int:
     print(f"floor F (one-task debug playbook through the runner): {f:.3f} s")
     rack, tenant, kind = setup(admin, args.claims + args.burst, 0)
     metrics_port, health_port = free_port(), free_port()
-    controller = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "metalclaim.controller",
-            "--kubeconfig",
-            env.kubeconfig("controller"),
-            "--infra-namespaces",
-            rack,
-            "--controllers",
-            "claims",
-            "--private-data-dir",
-            str(work / "runner"),
-            "--metrics-bind-address",
-            f"127.0.0.1:{metrics_port}",
-            "--health-probe-bind-address",
-            f"127.0.0.1:{health_port}",
-            "--log-level",
-            "WARNING",
-        ],
-        env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections")},
-    )
+    controller = claim_side(env, rack, work / "runner", metrics_port, health_port)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

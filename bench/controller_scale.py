@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "controller"))
 
 from bind import api, setup, teardown  # noqa: E402 (bench/bind.py: the same rack of available hosts)
-from controller_idle import associated, free_port, metric  # noqa: E402
+from controller_idle import associated, claim_side, free_port, metric  # noqa: E402
 
 from metalclaim.devenv.env import Devenv  # noqa: E402
 
@@ -71,29 +70,8 @@ def main() -> int:
     print(f"{args.hosts} hosts and {args.claims} claims created in {time.monotonic() - started:.1f} s")
     metrics_port = free_port()
     private = work / "runner"
-    controller = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "metalclaim.controller",
-            "--kubeconfig",
-            env.kubeconfig("controller"),
-            "--infra-namespaces",
-            rack,
-            "--controllers",
-            "claims",
-            "--private-data-dir",
-            str(private),
-            "--keep-artifacts",
-            str(args.keep_artifacts),
-            "--metrics-bind-address",
-            f"127.0.0.1:{metrics_port}",
-            "--health-probe-bind-address",
-            "0",
-            "--log-level",
-            "WARNING",
-        ],
-        env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections")},
+    controller = claim_side(
+        env, rack, private, metrics_port, None, "--keep-artifacts", str(args.keep_artifacts), "--runner-slots", "1"
     )
     try:
         started = time.monotonic()

@@ -107,6 +107,19 @@ def claim_side(rack: Rack, leader_elect: bool = False) -> list[str]:
     return options
 
 
+def provisioner(devenv, tmp_path, namespace: str) -> ControllerProcess:
+    """The provisioner side for one infrastructure namespace, as its own identity (as config/manager deploys it)."""
+    return ControllerProcess(
+        devenv,
+        tmp_path,
+        "--infra-namespaces",
+        namespace,
+        "--controllers",
+        "provisioner",
+        kubeconfig_identity="provisioner",
+    )
+
+
 def association(rack: Rack, name: str, namespace: str = TENANT_A) -> str | None:
     status = rack.read_claim(name, namespace).get("status") or {}
     return next((c["status"] for c in status.get("conditions") or [] if c["type"] == "Association"), None)

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import yaml
+from kubernetes.client.exceptions import ApiException
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 USER_GUIDE = REPO_ROOT.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt"
@@ -58,3 +59,12 @@ def run_tasks(tmp_path: Path, tasks: list[dict], kubeconfig: str) -> list[dict]:
     results = run_playbook(tmp_path, Path("playbook.yml"), kubeconfig)
     assert len(results) == len(tasks), results
     return results
+
+
+def status_of(call) -> int:
+    """The HTTP status an API call ends with: 200, or the ApiException's status."""
+    try:
+        call()
+    except ApiException as error:
+        return error.status
+    return 200

@@ -18,6 +18,7 @@ from kubernetes import config as kube_config
 from metalclaim.controller.scope import shard_of
 from tests.claimlayer import TENANT_A, TENANT_B
 from tests.controllerproc import ControllerProcess, associated, association, claim_side, runs_of
+from tests.controllerproc import provisioner as provisioner_side
 from tests.site import TENANT
 from tests.support import REPO_ROOT, eventually, run_playbook
 
@@ -198,15 +199,7 @@ def test_the_guides_lifecycle_driven_only_by_api_changes(devenv, site, files, tm
     claims = ControllerProcess(
         devenv, tmp_path / "claims", "--infra-namespaces", site.namespace, "--controllers", "claims"
     )
-    provisioner = ControllerProcess(
-        devenv,
-        tmp_path / "provisioner",
-        "--infra-namespaces",
-        site.namespace,
-        "--controllers",
-        "provisioner",
-        kubeconfig_identity="provisioner",
-    )
+    provisioner = provisioner_side(devenv, tmp_path / "provisioner", site.namespace)
     started = time.monotonic()
 
     def both() -> str:

@@ -18,7 +18,7 @@ import pytest
 
 from metalclaim.devenv.controlplane import start_apiserver, stop_apiserver
 from tests.claimlayer import TENANT_A, Rack
-from tests.controllerproc import ControllerProcess, associated, claim_side, runs_of
+from tests.controllerproc import ControllerProcess, associated, claim_side, provisioner, runs_of
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration
@@ -303,15 +303,7 @@ def test_bmc_errors_back_off_per_host_without_blocking_others(devenv, site, tmp_
     ...: the collection's default base), each attempt one run: no retry storm, no run blocked by it."""
     site.host("good", 0)
     site.host("bad", 1, password="not-the-bmc-password")
-    controller = ControllerProcess(
-        devenv,
-        tmp_path,
-        "--infra-namespaces",
-        site.namespace,
-        "--controllers",
-        "provisioner",
-        kubeconfig_identity="provisioner",
-    )
+    controller = provisioner(devenv, tmp_path, site.namespace)
     started = time.monotonic()
     bad_key = f"host/{site.namespace}/bad"
     attempts: dict[int, float] = {}  # errorCount -> when it was first seen

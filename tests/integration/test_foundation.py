@@ -11,7 +11,7 @@ import uuid
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.support import REPO_ROOT, eventually, guide_object
+from tests.support import REPO_ROOT, eventually, guide_object, status_of
 
 INFRA = "infrahost"
 TENANT_A = "cluster-ns"
@@ -22,14 +22,6 @@ pytestmark = pytest.mark.integration
 
 def resource(clients, identity: str, kind: str, api_version: str = "metal3.io/v1alpha1"):
     return clients[identity].resources.get(api_version=api_version, kind=kind)
-
-
-def status_of(call) -> int:
-    try:
-        call()
-    except ApiException as error:
-        return error.status
-    return 200
 
 
 def claim(name: str, namespace: str, **spec) -> dict:

@@ -14,10 +14,9 @@ import uuid
 import pytest
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
-from kubernetes.client.exceptions import ApiException
 
 from metalclaim.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES
-from tests.support import REPO_ROOT, run_playbook
+from tests.support import REPO_ROOT, run_playbook, status_of
 
 pytestmark = pytest.mark.integration
 TENANT_NS = TENANT_NAMESPACES["tenant-a"]
@@ -31,14 +30,6 @@ def core(devenv, identity: str) -> kube_client.CoreV1Api:
 
 def custom(devenv, identity: str) -> kube_client.CustomObjectsApi:
     return kube_client.CustomObjectsApi(kube_config.new_client_from_config(config_file=devenv.kubeconfig(identity)))
-
-
-def status_of(call) -> int:
-    try:
-        call()
-    except ApiException as error:
-        return error.status
-    return 200
 
 
 @pytest.fixture(scope="module")
