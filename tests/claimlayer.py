@@ -98,6 +98,19 @@ class Rack:
         )
         self.claims.append((namespace, name))
 
+    def tenant_secret(self, name: str, **data) -> dict:
+        """A tenant Secret named for this rack (tests share the tenant namespace); the claim's reference to it."""
+        unique = f"{self.namespace}-{name}"
+        self.api("tenant-a", "Secret", "v1").create(
+            body={
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": unique, "namespace": TENANT_A},
+                "stringData": data,
+            }
+        )
+        return {"name": unique}
+
     def read_claim(self, name: str, namespace: str = TENANT_A) -> dict:
         return self.api("admin", "HostClaim").get(name=name, namespace=namespace).to_dict()
 

@@ -39,17 +39,7 @@ def writes(result: dict) -> int:
 
 
 def tenant_secret(rack, name: str, **data) -> dict:
-    """A tenant Secret named for this rack (tests share the tenant namespace); the claim's reference to it."""
-    unique = f"{rack.namespace}-{name}"
-    rack.api("tenant-a", "Secret", "v1").create(
-        body={
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": unique, "namespace": TENANT_A},
-            "stringData": data,
-        }
-    )
-    return {"name": unique}
+    return rack.tenant_secret(name, **data)
 
 
 def annotate(rack, identity: str, kind: str, name: str, namespace: str, annotations: dict) -> None:

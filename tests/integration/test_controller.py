@@ -6,6 +6,7 @@ playbook. Each reaction must come within seconds, not at the next resync (set to
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
 
 from metalclaim.controller.scope import shard_of
 from tests.claimlayer import TENANT_A, TENANT_B
@@ -82,6 +84,60 @@ def test_a_revoked_policy_shows_on_the_bound_claim(controller, rack, clients):
         return any(c.get("reason") == "AuthorizationRevoked" for c in claim["status"]["conditions"])
 
     eventually(revoked, timeout=REACTION, message=f"revocation on c1\n{controller.output()}")
+
+
+def test_an_edited_tenant_secret_is_copied_again(controller, rack, clients):
+    """The claim side watches Secrets' metadata in the claim's namespace: an edit reaches the copy in seconds."""
+    rack.policy()
+    rack.host("h1")
+    ref = rack.tenant_secret("user-data", userData="#cloud-config\nfirst: 1\n")
+    rack.claim("c1", userData=ref)
+    copies = clients["admin"].resources.get(api_version="v1", kind="Secret")
+
+    def copied() -> str:
+        try:
+            copy = copies.get(name="h1-userdata", namespace=rack.namespace)
+        except ApiException:
+            return ""
+        return base64.b64decode(copy.data["userData"]).decode()
+
+    eventually(lambda: "first" in copied(), timeout=REACTION, message=f"copied\n{controller.output()}")
+    rack.api("tenant-a", "Secret", "v1").patch(
+        body={"stringData": {"userData": "#cloud-config\nsecond: 2\n"}},
+        name=ref["name"],
+        namespace=TENANT_A,
+        content_type="application/merge-patch+json",
+    )
+    eventually(lambda: "second" in copied(), timeout=REACTION, message=f"copied again\n{controller.output()}")
+
+
+def test_a_namespace_label_removed_shows_on_the_bound_claim(controller, rack):
+    """hasLabels is read from the claim's Namespace: losing the label revokes the claim's authorization."""
+    namespaces = rack.api("admin", "Namespace", "v1")
+    label = {rack.namespace: "yes"}  # a label of this test's own, on the shared tenant namespace
+    namespaces.patch(body={"metadata": {"labels": label}}, name=TENANT_A, content_type="application/merge-patch+json")
+    try:
+        rack.policy({"hasLabels": [{"name": rack.namespace, "value": "yes"}]})
+        rack.host("h1")
+        rack.claim("c1")
+        eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 associated\n{controller.output()}")
+        namespaces.patch(
+            body={"metadata": {"labels": {rack.namespace: None}}},
+            name=TENANT_A,
+            content_type="application/merge-patch+json",
+        )
+
+        def revoked() -> bool:
+            claim = rack.read_claim("c1")
+            return any(c.get("reason") == "AuthorizationRevoked" for c in claim["status"]["conditions"])
+
+        eventually(revoked, timeout=REACTION, message=f"revocation on c1\n{controller.output()}")
+    finally:
+        namespaces.patch(
+            body={"metadata": {"labels": {rack.namespace: None}}},
+            name=TENANT_A,
+            content_type="application/merge-patch+json",
+        )
 
 
 def test_two_shards_split_the_claims_by_namespace(devenv, rack, tmp_path):
@@ -223,6 +279,17 @@ def test_the_guides_lifecycle_driven_only_by_api_changes(devenv, site, files, tm
 
         eventually(provisioned, timeout=120, message=f"live provisioned\n{both()}")
         lap("claimed -> Provisioned, powered on")
+        site.patch_claim("live", {"metadata": {"annotations": {"reboot.metal3.io": ""}}})
+
+        def rebooted() -> bool:
+            claim_annotations = (site.read_claim("live") or {})["metadata"].get("annotations") or {}
+            host_annotations = site.read("h0")["metadata"].get("annotations") or {}
+            return "reboot.metal3.io" not in claim_annotations and "reboot.metal3.io" not in host_annotations
+
+        # The claim layer hands the one-shot request to the host, the provisioner reboots it and clears it.
+        eventually(rebooted, timeout=120, message=f"rebooted\n{both()}")
+        eventually(provisioned, timeout=60, message=f"powered on again after the reboot\n{both()}")
+        lap("reboot annotation -> rebooted, back on")
         site.patch_claim("live", {"spec": {"image": None, "online": False}})
         eventually(lambda: site.state("h0") == "available", timeout=120, message=f"deprovisioned\n{both()}")
         lap("image removed -> deprovisioned, available")
