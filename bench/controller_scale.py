@@ -50,8 +50,14 @@ def children(pid: int) -> list[int]:
 
 def tree_bytes(path: Path) -> tuple[int, int]:
     """(bytes, files) under path."""
-    files = [p for p in path.rglob("*") if p.is_file()]
-    return sum(p.stat().st_size for p in files), len(files)
+    total = count = 0
+    for file in path.rglob("*"):
+        try:
+            if file.is_file():
+                total, count = total + file.stat().st_size, count + 1
+        except FileNotFoundError:  # rotated away while we walked
+            continue
+    return total, count
 
 
 def main() -> int:

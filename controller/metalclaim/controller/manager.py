@@ -242,8 +242,9 @@ class Controller:
         threads = [*self.reflectors, *list(self.secret_reflectors.values()), *self._dispatchers]
         return (bool(self._dispatchers) and all(t.is_alive() for t in threads)) or self.stop.is_set()
 
-    def _reflector(self, api_version: str, kind: str, on_change, namespace=None, **options) -> None:
-        reflector = Reflector(
+    def _reflector(self, api_version: str, kind: str, on_change, namespace=None, **options) -> Reflector:
+        """A reflector feeding the kind's store; the caller keeps it (self.reflectors: part of readiness)."""
+        return Reflector(
             self.api_client,
             api_version=api_version,
             kind=kind,
@@ -253,40 +254,31 @@ class Controller:
             stop=self.stop,
             on_restart=lambda reason, kind=kind: self.metrics.watch_restarts.labels(kind, reason).inc(),
             log=log,
+            name=f"reflector-{kind}" + (f"-{namespace}" if namespace else ""),
             **options,
         )
-        self.reflectors.append(reflector)
 
     def _watch_secrets_in(self, namespace: str) -> None:
         """Tenant Secrets are read per namespace (the claim side has no cluster-wide Secret rights)."""
         with self._secret_lock:
             if namespace in self.secret_reflectors or self.stop.is_set():
                 return
-            reflector = Reflector(
-                self.api_client,
-                api_version="v1",
-                kind="Secret",
-                namespace=namespace,
-                store=self.stores["Secret"],
-                on_change=self._on_secret,
-                stop=self.stop,
-                on_restart=lambda reason: self.metrics.watch_restarts.labels("Secret", reason).inc(),
-                log=log,
-                metadata_only=True,
-                name=f"reflector-Secret-{namespace}",
-            )
+            reflector = self._reflector("v1", "Secret", self._on_secret, namespace, metadata_only=True)
             self.secret_reflectors[namespace] = reflector
         reflector.start()
 
     def start(self) -> None:
         settings, sides = self.settings, self.settings.scope.sides
-        for namespace in settings.infra_namespaces or (None,):
-            self._reflector(API_VERSION, "BareMetalHost", self._on_host, namespace)
+        infra = settings.infra_namespaces or (None,)
+        self.reflectors = [self._reflector(API_VERSION, "BareMetalHost", self._on_host, ns) for ns in infra]
         if CLAIMS in sides:
-            self._reflector(API_VERSION, "HostClaim", self._on_claim)
-            for namespace in settings.infra_namespaces or (None,):
-                self._reflector(API_VERSION, "HostDeployPolicy", self._on_policy, namespace)
-            self._reflector("v1", "Namespace", self._on_namespace, label_selector=settings.namespace_selector or None)
+            self.reflectors += [
+                self._reflector(API_VERSION, "HostClaim", self._on_claim),
+                *(self._reflector(API_VERSION, "HostDeployPolicy", self._on_policy, ns) for ns in infra),
+                self._reflector(
+                    "v1", "Namespace", self._on_namespace, label_selector=settings.namespace_selector or None
+                ),
+            ]
         envvars = {"ANSIBLE_COLLECTIONS_PATH": collection.collections_path()}
         if settings.kubeconfig:
             envvars["K8S_AUTH_KUBECONFIG"] = settings.kubeconfig
