@@ -51,12 +51,12 @@ def children(pid: int) -> list[int]:
 def tree_bytes(path: Path) -> tuple[int, int]:
     """(bytes, files) under path."""
     total = count = 0
-    for file in path.rglob("*"):
-        try:
-            if file.is_file():
-                total, count = total + file.stat().st_size, count + 1
-        except FileNotFoundError:  # rotated away while we walked
-            continue
+    for folder, _dirs, names in os.walk(path):  # os.walk skips what rotation removes while it walks
+        for name in names:
+            try:
+                total, count = total + (Path(folder) / name).stat().st_size, count + 1
+            except FileNotFoundError:
+                continue
     return total, count
 
 
