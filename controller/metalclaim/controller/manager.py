@@ -263,7 +263,10 @@ class Controller:
         with self._secret_lock:
             if namespace in self.secret_reflectors or self.stop.is_set():
                 return
-            reflector = self._reflector("v1", "Secret", self._on_secret, namespace, metadata_only=True)
+            # A core kind: no discovery request per namespace (one fewer call, and none to fail during an outage).
+            reflector = self._reflector(
+                "v1", "Secret", self._on_secret, namespace, metadata_only=True, plural="secrets", namespaced=True
+            )
             self.secret_reflectors[namespace] = reflector
         reflector.start()
 
