@@ -13,16 +13,8 @@ pytestmark = pytest.mark.integration
 def test_delete_releases_a_cleaned_host_that_another_tenant_then_gets(devenv, clients, rack, tmp_path):
     rack.policy()
     rack.host("h1")
-    user_data = f"{rack.namespace}-first-userdata"
-    rack.api("tenant-a", "Secret", "v1").create(
-        body={
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": user_data, "namespace": TENANT_A},
-            "stringData": {"userData": "#cloud-config"},
-        }
-    )
-    rack.claim("first", userData={"name": user_data})
+    ref = rack.tenant_secret("first-userdata", userData="#cloud-config")
+    rack.claim("first", userData=ref)
     step("hostclaim_bind", devenv, tmp_path, rack)
     step("hostclaim_secrets", devenv, tmp_path, rack)  # the copy h1-userdata, recorded on the host
     assert "metalclaim.io/copies" in rack.read_host("h1")["metadata"]["annotations"]
@@ -82,7 +74,7 @@ def test_delete_releases_a_cleaned_host_that_another_tenant_then_gets(devenv, cl
     with pytest.raises(ApiException) as deleted:
         rack.read_claim("first")
     assert deleted.value.status == 404
-    rack.api("tenant-a", "Secret", "v1").delete(name=user_data, namespace=TENANT_A)
+    rack.api("tenant-a", "Secret", "v1").delete(name=ref["name"], namespace=TENANT_A)
 
     assert step("hostclaim_bind", devenv, tmp_path, rack)["bound"] == 1
     second = rack.read_claim("second", TENANT_B)
