@@ -6,17 +6,21 @@ PY := $(VENV)/bin/python
 COLLECTIONS := $(CURDIR)/.collections
 DEVENV_DIR ?= .devenv
 HOSTS ?= 4
+BENCH_DIR ?= .bench-devenv
+BENCH_OUT ?= bench/out
+BENCH_ARGS ?=
 
 export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup demo test unit integration lint build sanity molecule devenv-up devenv-down controlplane clean lock
+.PHONY: help setup demo test unit integration lint build sanity molecule devenv-up devenv-down controlplane clean lock bench
 
 help:
 	@echo "make demo   - bring up the local environment, start the controller, play the user guide with kubectl"
 	@echo "make test   - lint, unit and integration tests (builds/reuses the control plane)"
 	@echo "make devenv-up / devenv-down - start/stop the environment in $(DEVENV_DIR)"
+	@echo "make bench  - the benchmark beside the one-run-per-event baseline (figures, a JSON file and a PNG in $(BENCH_OUT))"
 
 $(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +83,11 @@ molecule: setup controlplane
 
 test: lint sanity controlplane molecule
 	$(PY) -m pytest tests/unit tests/integration
+
+# Figures, never pass/fail, and not part of `make test`: its own devenv, sizes in BENCH_ARGS (see bench/run.py --help).
+bench: setup controlplane
+	$(PY) -m pip install --quiet -r requirements/bench.txt -c requirements/constraints.txt
+	$(PY) bench/run.py --dir $(BENCH_DIR) --out $(BENCH_OUT) $(BENCH_ARGS)
 
 lock: setup
 	$(PY) -m pip freeze --exclude-editable | sed '1i # Exact versions of the whole dependency tree (pip install -c). Regenerate with `make lock`.' > requirements/constraints.txt
