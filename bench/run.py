@@ -1,0 +1,1064 @@
+"""make bench: the controller beside the one-run-per-event baseline, on the devenv's real control plane.
+
+    .venv/bin/python bench/run.py [--dir .bench-devenv] [--out bench/out] [--scenarios floor,idle,...] [sizes]
+
+Figures, never pass/fail. Brings up its own devenv in --dir (or reuses a running one there with a large
+enough fleet), runs the scenarios, prints a progress line on stderr and a table at the end, and writes
+every figure to <out>/bench-<timestamp>.json and the plots to <out>/bench-<timestamp>.png.
+
+Scenarios (each with its own namespaces, deleted afterwards; one failing is reported, the rest still run):
+  floor      F: median wall time of a one-task debug playbook through the controller's own Runner
+  idle       one claim at a time into a quiet system: create -> Association=True as a watcher sees it,
+             the cold path and then the standby run (--standby), each its own controller process
+  storm      N available hosts, N claims created by threads from 10 tenant namespaces: last create -> all
+             Associated, claims/s, latencies, runs, batch sizes, double bindings, controller RSS
+  resync     the storm's bound claims under a controller with a short --resync-period: idle latency of
+             new claims while full resyncs run
+  baseline   the storm (or --baseline-claims of it, extrapolated linearly and labelled so) with the
+             controller in --mode per-event (one run per claim event, CPU-count runs at once)
+  provision  both sides against emulated BMCs behind a counting proxy: idle create -> Provisioned (a few
+             samples), then a wave of claims (live-iso, online): all Provisioned, Redfish requests per host,
+             each host's power delay (power-on asked -> first read showing On) taken out
+  churn      claims created and deleted continuously against a fixed fleet: RSS, apiserver connections,
+             artifacts, stuck claims, runs beyond the changes the bench made
+
+A smoke run: --idle-claims 5 --storm-claims 50 --baseline-claims 10 --wave 4 --churn-seconds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+from common import REPO, ClaimWatch, Controller, Rack, Site, TimingProxy, distribution
+
+from metalclaim.controller.cgroup import cpu_limit
+from metalclaim.devenv.env import Devenv, tenant_namespace_bindings
+from tests.netfixtures import FileServer
+
+SCENARIOS = ("floor", "idle", "storm", "resync", "baseline", "provision", "churn")
+
+
+# -- progress on stderr -------------------------------------------------------------------------
+
+
+class Progress:
+    """One line on stderr: the scenario, a bar, done/total and the seconds spent; plain lines when not a tty."""
+
+    def __init__(self):
+        self.tty = sys.stderr.isatty()
+        self.prefix = ""
+        self._label, self._total, self._started, self._printed = "", 0, 0.0, 0.0
+
+    def start(self, label: str, total: int) -> None:
+        self._label, self._total, self._started, self._printed = label, max(total, 1), time.monotonic(), 0.0
+        self.update(0)
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        width = 30
+        filled = min(width, int(width * done / self._total))
+        line = (
+            f"{self.prefix} {self._label} [{'#' * filled}{'.' * (width - filled)}] "
+            f"{done}/{self._total} {now - self._started:5.1f} s"
+        )
+        if self.tty:
+            print(f"\r\033[K{line}", end="", file=sys.stderr, flush=True)
+        elif now - self._printed >= 10 or done >= self._total:
+            print(line, file=sys.stderr, flush=True)
+            self._printed = now
+
+    def note(self, message: str) -> None:
+        if self.tty:
+            print("\r\033[K", end="", file=sys.stderr)
+        print(f"{self.prefix} {message}", file=sys.stderr, flush=True)
+
+    def end(self) -> None:
+        if self.tty:
+            print(file=sys.stderr, flush=True)
+
+
+# -- the bench ----------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, args, env: Devenv, work: Path):
+        self.args = args
+        self.env = env
+        self.work = work
+        self.admin = common.dynamic(env.kubeconfig("admin"), pool=args.threads + 4)
+        self.claims_api = common.kube_client.CustomObjectsApi(common.api_client(env.kubeconfig("admin"), args.threads))
+        self.watch = ClaimWatch(env.kubeconfig("admin"))
+        self.progress = Progress()
+        self.results: dict = {}
+        self.rows: list[dict] = []
+        self.floor: float | None = None
+        self.storm_rack: Rack | None = None
+        self.storm_keys: list[tuple] = []
+        self.later = contextlib.ExitStack()  # the storm's rack, kept for the resync scenario
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    def row(self, scenario: str, figure: str, value, unit: str = "s", note: str = "") -> None:
+        in_f = value / self.floor if unit == "s" and self.floor and isinstance(value, int | float) else None
+        self.rows.append(
+            {"scenario": scenario, "figure": figure, "value": value, "unit": unit, "F": in_f, "note": note}
+        )
+
+    def rows_for(self, scenario: str, label: str, figures: dict, note: str = "") -> None:
+        if figures.get("n"):
+            for q in ("p50", "p90", "p99", "max"):
+                self.row(scenario, f"{label} {q}", figures[q], note=note if q == "p50" else "")
+
+    def in_f(self, figures: dict) -> dict:
+        """The distribution with each figure also as a multiple of F."""
+        if not self.floor or not figures.get("n"):
+            return figures
+        return {**figures, "in_F": {k: v / self.floor for k, v in figures.items() if k != "n"}}
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def controller(self, side: str, infra: list[str], name: str, *extra: str, mode: str | None = None, **kw):
+        """A controller side; mode batch|per-event and standby through METALCLAIM_MODE / METALCLAIM_STANDBY."""
+        environment = {}
+        if mode is not None:
+            environment["METALCLAIM_MODE"] = mode
+        if kw.pop("standby", False):
+            environment["METALCLAIM_STANDBY"] = "true"
+        with _environment(environment):
+            return Controller(self.env, side, infra, self.work / name, "--log-level", "INFO", *extra, **kw)
+
+    def create_claims(self, bodies: list[dict], threads: int | None = None) -> dict[tuple, float]:
+        """Create the claims as fast as the API accepts them; key -> monotonic time just before its request."""
+        sent: dict[tuple, float] = {}
+
+        def one(body: dict) -> None:
+            key = (body["metadata"]["namespace"], body["metadata"]["name"])
+            sent[key] = time.monotonic()
+            self.claims_api.create_namespaced_custom_object(
+                common.GROUP, common.VERSION, key[0], "hostclaims", body, _request_timeout=60
+            )
+
+        with ThreadPoolExecutor(max_workers=threads or self.args.threads) as pool:
+            list(pool.map(one, bodies))
+        return sent
+
+    def delete_claim(self, key: tuple) -> None:
+        with contextlib.suppress(common.ApiException):
+            self.claims_api.delete_namespaced_custom_object(common.GROUP, common.VERSION, key[0], "hostclaims", key[1])
+
+    def wait_all(self, condition: str, keys: list[tuple], label: str, timeout: float) -> bool:
+        """Wait (on the watch's events) until every key has the condition True, with a progress bar."""
+        self.progress.start(label, len(keys))
+        deadline = time.monotonic() + timeout
+        done = self.watch.count(condition, keys)
+        while done < len(keys) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the times are the watch's own; this only reads them
+            done = self.watch.count(condition, keys)
+            self.progress.update(done)
+        self.progress.end()
+        return done == len(keys)
+
+    def one_at_a_time(
+        self, label: str, controller: Controller, bodies: list[dict], condition: str, gap: float, timeout: float = 120
+    ) -> list[float]:
+        """Create each claim into a quiet system and wait for the condition; then for its run to end, and `gap`."""
+        latencies = []
+        self.progress.start(label, len(bodies))
+        for index, body in enumerate(bodies):
+            key = (body["metadata"]["namespace"], body["metadata"]["name"])
+            runs = controller.runs()
+            sent = self.create_claims([body], threads=1)[key]
+            if not self.watch.wait(lambda w, key=key: key in w.seen[condition], timeout):
+                raise RuntimeError(f"{key} not {condition}=True within {timeout} s:\n{controller.tail()}")
+            latencies.append(self.watch.at(condition, key) - sent)
+            deadline = time.monotonic() + 30
+            while controller.runs() <= runs and time.monotonic() < deadline:  # the run that bound it ends
+                time.sleep(0.05)
+            time.sleep(gap)
+            self.progress.update(index + 1)
+        self.progress.end()
+        return latencies
+
+    # -- scenarios -----------------------------------------------------------------------------
+
+    def scenario_floor(self, out: dict, stack: contextlib.ExitStack) -> None:
+        self.progress.note(
+            f"floor F: {self.args.floor_runs} one-task debug playbook runs through the controller's Runner"
+        )
+        times = common.floor_times(self.work / "floor", self.env.kubeconfig("controller"), self.args.floor_runs)
+        self.floor = statistics.median(times)
+        out.update({"F": self.floor, "runs": times, "distribution": distribution(times)})
+        self.row("floor", "F (median debug playbook run)", self.floor, note=f"{len(times)} runs")
+
+    def _floor_needed(self) -> None:
+        if self.floor is None:
+            self.progress.note("no floor F yet: measuring it (scenario floor)")
+            self.scenario_floor(self.results.setdefault("floor", {"status": "ok"}), contextlib.ExitStack())
+
+    def _idle_series(self, name: str, stack: contextlib.ExitStack, *, standby: bool) -> dict:
+        n = self.args.idle_claims
+        rack = Rack(self.admin, n, 1, prefix="bench-idle")
+        stack.callback(rack.teardown)
+        mode = "batch" if common.controller_has("--mode") else None
+        controller = self.controller("claims", [rack.namespace], f"idle-{name}", mode=mode, standby=standby)
+        stack.callback(controller.stop)
+        controller.settle(quiet=1.0)
+        gap = self.args.idle_gap if self.args.idle_gap is not None else max(1.0, 1.5 * (self.floor or 1.0))
+        bodies = [rack.claim_body(rack.tenants[0], f"idle-{index:03d}") for index in range(n)]
+        latencies = self.one_at_a_time(
+            f"idle ({name}) create -> Association=True", controller, bodies, "Association", gap
+        )
+        figures = self.in_f(distribution(latencies))
+        figures["samples"] = latencies
+        figures["gap_seconds"] = gap
+        figures["controller_histogram_count"] = controller.metric("metalclaim_claim_association_seconds_count")
+        figures["paths"] = controller.metrics_by_label("metalclaim_standby_batches_total", "path")
+        figures["runs"] = controller.runs("reconcile")
+        controller.stop()
+        rack.teardown()
+        return figures
+
+    def scenario_idle(self, out: dict, stack: contextlib.ExitStack) -> None:
+        self._floor_needed()
+        out["cold"] = self._idle_series("cold", stack, standby=False)
+        self.rows_for("idle", "cold create->Associated", out["cold"], note=f"{self.args.idle_claims} claims")
+        if not common.controller_has("--standby"):
+            out["standby"] = {"skipped": "the controller has no --standby flag yet (metalclaim-controller --help)"}
+            self.row("idle", "standby create->Associated", "skipped", unit="", note="no --standby flag")
+            return
+        out["standby"] = self._idle_series("standby", stack, standby=True)
+        paths = out["standby"].get("paths") or {}
+        self.rows_for(
+            "idle",
+            "standby create->Associated",
+            out["standby"],
+            note=f"batches standby/cold: {paths.get('standby', 0):.0f}/{paths.get('cold', 0):.0f}",
+        )
+
+    def _storm(self, name: str, rack: Rack, keys: list[tuple], controller: Controller, timeout: float) -> dict:
+        runs_before = controller.runs("reconcile")
+        events_before = len(controller.run_events())
+        bodies = [rack.claim_body(namespace, claim) for namespace, claim in keys]
+        self.progress.note(f"{name}: creating {len(keys)} claims with {self.args.threads} threads")
+        sent = self.create_claims(bodies)
+        first, last = min(sent.values()), max(sent.values())
+        complete = self.wait_all("Association", keys, f"{name}: claims Associated", timeout)
+        bound = {k: self.watch.at("Association", k) for k in keys if self.watch.at("Association", k) is not None}
+        controller.settle(quiet=1.0, timeout=60)
+        done = max(bound.values()) if bound else time.monotonic()
+        latencies = [bound[k] - sent[k] for k in bound]
+        runs = [e for e in controller.run_events()[events_before:] if e.get("playbook") == "reconcile"]
+        rss, child_rss = controller.rss_mib()
+        figures = {
+            "claims": len(keys),
+            "associated": len(bound),
+            "complete": complete,
+            "create_seconds": last - first,
+            "creates_per_second": len(keys) / (last - first) if last > first else None,
+            "last_create_to_all_associated": done - last if complete else None,
+            "first_create_to_all_associated": done - first if complete else None,
+            "claims_per_second": len(bound) / (done - first) if done > first else None,
+            "latency": self.in_f(distribution(latencies)),
+            "latency_samples": latencies,
+            "runs": controller.runs("reconcile") - runs_before,
+            "runs_failed": sum(1 for e in runs if e.get("status") != "successful"),
+            "batch_sizes": [e.get("count") for e in runs],
+            "run_seconds": [e.get("seconds") for e in runs],
+            "bound_over_time": sorted(t - first for t in bound.values()),
+            "controller_rss_mib": rss,
+            "runner_rss_mib": child_rss,
+            **common.double_bindings(self.admin, rack.namespace),
+        }
+        return figures
+
+    def _storm_rows(self, scenario: str, figures: dict, note: str = "") -> None:
+        tail = figures.get("last_create_to_all_associated")
+        self.row(
+            scenario,
+            "last create -> all Associated",
+            tail if tail is not None else "incomplete",
+            note=f"{figures['associated']}/{figures['claims']} claims{note}",
+        )
+        if figures.get("claims_per_second"):
+            self.row(scenario, "claims bound per second", round(figures["claims_per_second"], 1), unit="/s", note=note)
+        self.rows_for(scenario, "create->Associated", figures["latency"], note=note)
+        sizes = figures.get("batch_sizes") or []
+        self.row(
+            scenario,
+            "runs (reconcile.yml)",
+            figures["runs"],
+            unit="",
+            note=f"batch sizes {_short(sizes)}"
+            + (f"; {figures['runs_failed']} failed" if figures["runs_failed"] else ""),
+        )
+        self.row(
+            scenario,
+            "double bindings",
+            figures["claims_on_two_hosts"] + figures["claims_disagreeing_with_their_host"],
+            unit="",
+            note="claims on two hosts + claims whose host disagrees",
+        )
+
+    def scenario_storm(self, out: dict, stack: contextlib.ExitStack) -> None:
+        self._floor_needed()
+        n, spare = self.args.storm_claims, self.args.resync_probes
+        self.progress.note(f"storm: {n + spare} available hosts ({spare} spare for the resync probes)")
+        rack = Rack(self.admin, n + spare, self.args.storm_namespaces, prefix="bench-storm", threads=self.args.threads)
+        if "resync" in self.args.scenarios:
+            self.later.callback(rack.teardown)
+        else:
+            stack.callback(rack.teardown)
+        mode = "batch" if common.controller_has("--mode") else None
+        controller = self.controller("claims", [rack.namespace], "storm", mode=mode)
+        stack.callback(controller.stop)
+        controller.settle(quiet=1.0)
+        keys = [(rack.tenants[index % len(rack.tenants)], f"s{index:04d}") for index in range(n)]
+        out.update(self._storm(f"storm ({n})", rack, keys, controller, timeout=120 + 0.5 * n))
+        self._storm_rows("storm", out)
+        self.row(
+            "storm",
+            "controller RSS after the storm",
+            round(out["controller_rss_mib"], 1),
+            unit="MiB",
+            note=f"{n} claims, {n + spare} hosts; runner child {out['runner_rss_mib']:.0f} MiB",
+        )
+        if out["complete"]:
+            self.storm_rack, self.storm_keys = rack, keys
+
+    def scenario_baseline(self, out: dict, stack: contextlib.ExitStack) -> None:
+        if not common.controller_has("--mode"):
+            raise Skipped("the controller has no --mode flag yet (metalclaim-controller --help): no per-event baseline")
+        self._floor_needed()
+        n, full = self.args.baseline_claims, self.args.storm_claims
+        factor = full / n
+        rack = Rack(self.admin, n, self.args.storm_namespaces, prefix="bench-base", threads=self.args.threads)
+        stack.callback(rack.teardown)
+        controller = self.controller("claims", [rack.namespace], "baseline", mode="per-event")
+        stack.callback(controller.stop)
+        controller.settle(quiet=1.0)
+        keys = [(rack.tenants[index % len(rack.tenants)], f"b{index:04d}") for index in range(n)]
+        figures = self._storm(f"baseline per-event ({n})", rack, keys, controller, timeout=120 + 15 * n)
+        out.update(figures)
+        extrapolated = factor != 1
+        label = " (extrapolated)" if extrapolated else ""
+        out["extrapolated"] = extrapolated
+        out["extrapolation"] = (
+            f"measured with {n} claims, times and latencies x {factor:g} for {full} (per-event runs scale linearly)"
+            if extrapolated
+            else "measured at the storm's size"
+        )
+        tail = figures.get("last_create_to_all_associated")
+        whole = figures.get("first_create_to_all_associated")
+        out["at_storm_size"] = {
+            "claims": full,
+            "last_create_to_all_associated": tail * factor if tail is not None else None,
+            "first_create_to_all_associated": whole * factor if whole is not None else None,
+            "claims_per_second": figures.get("claims_per_second"),
+            "latency_p50": figures["latency"].get("p50", 0) * factor if figures["latency"].get("n") else None,
+            "runs": figures["runs"] * factor,
+        }
+        scaled = out["at_storm_size"]
+        self.row(
+            "baseline",
+            f"measured: {n} claims, all Associated after last create",
+            tail or "incomplete",
+            note=f"{figures['associated']}/{n}; {figures['runs']} runs",
+        )
+        self.row(
+            "baseline",
+            f"last create -> all Associated{label}",
+            scaled["last_create_to_all_associated"] or "-",
+            note=f"{full} claims",
+        )
+        if scaled["claims_per_second"]:
+            self.row("baseline", "claims bound per second", round(scaled["claims_per_second"], 2), unit="/s")
+        if scaled["latency_p50"] is not None:
+            self.row("baseline", f"create->Associated p50{label}", scaled["latency_p50"])
+        self.row("baseline", f"runs{label}", round(scaled["runs"]), unit="")
+        self.row(
+            "baseline",
+            "double bindings",
+            figures["claims_on_two_hosts"] + figures["claims_disagreeing_with_their_host"],
+            unit="",
+        )
+        storm = self.results.get("storm") or {}
+        if storm.get("claims_per_second") and scaled["claims_per_second"]:
+            out["ours_over_baseline"] = {
+                "throughput": storm["claims_per_second"] / scaled["claims_per_second"],
+                "latency_p50": storm["latency"]["p50"] / scaled["latency_p50"] if scaled["latency_p50"] else None,
+            }
+            ratio = out["ours_over_baseline"]
+            self.row("baseline", "ours/B throughput", round(ratio["throughput"], 1), unit="x", note=label.strip())
+            if ratio["latency_p50"] is not None:
+                self.row("baseline", "ours/B p50 latency", round(ratio["latency_p50"], 3), unit="x", note=label.strip())
+
+    def scenario_resync(self, out: dict, stack: contextlib.ExitStack) -> None:
+        self._floor_needed()
+        rack, keys = self.storm_rack, self.storm_keys
+        if rack is None:
+            n = self.args.storm_claims
+            self.progress.note(f"resync: no storm to reuse; {n} claims bound first")
+            rack = Rack(self.admin, n + self.args.resync_probes, 1, prefix="bench-resync", threads=self.args.threads)
+            stack.callback(rack.teardown)
+            keys = [(rack.tenants[0], f"s{index:04d}") for index in range(n)]
+            self.create_claims([rack.claim_body(*key) for key in keys])
+        else:
+            self.storm_rack = None
+            stack.callback(self.later.close)  # the storm's rack goes with this scenario
+        period = self.args.resync_period
+        mode = "batch" if common.controller_has("--mode") else None
+        controller = self.controller("claims", [rack.namespace], "resync", "--resync-period", str(period), mode=mode)
+        stack.callback(controller.stop)
+        started = time.monotonic()
+        if not self.wait_all("Association", keys, f"resync: {len(keys)} claims bound", 120 + 0.5 * len(keys)):
+            raise RuntimeError("the claims to resync did not all bind")
+        self.progress.note(f"resync: waiting for the first periodic resync (--resync-period {period:g} s)")
+        resyncs = controller.metric("metalclaim_resyncs_total")
+        deadline = started + 3 * period + 60
+        while controller.metric("metalclaim_resyncs_total") <= resyncs and time.monotonic() < deadline:
+            time.sleep(0.1)
+        resync_at = time.monotonic()
+        events_before = len(controller.run_events())
+        bodies = [rack.claim_body(rack.tenants[0], f"r{index:03d}") for index in range(self.args.resync_probes)]
+        latencies = self.one_at_a_time("resync: probes create -> Associated", controller, bodies, "Association", 0.0)
+        runs = [e for e in controller.run_events()[events_before:] if e.get("playbook") == "reconcile"]
+        full = [e for e in runs if (e.get("count") or 0) >= 0.9 * min(len(keys), 1000)]  # --batch-max-size 1000
+        out.update(
+            {
+                "bound_claims": len(keys),
+                "resync_period": period,
+                "resyncs_during_probes": controller.metric("metalclaim_resyncs_total") - resyncs,
+                "probes_seconds": time.monotonic() - resync_at,
+                "full_resync_runs": [e.get("seconds") for e in full],
+                "batch_sizes": [e.get("count") for e in runs],
+                "latency": self.in_f(distribution(latencies)),
+                "samples": latencies,
+                "controller_rss_mib": controller.rss_mib()[0],
+            }
+        )
+        note = f"{len(latencies)} probes, {out['resyncs_during_probes']:.0f} resyncs of {len(keys)} claims"
+        self.rows_for("resync", "create->Associated during resync", out["latency"], note=note)
+        if full:
+            self.row("resync", "full resync run", max(out["full_resync_runs"]), note=f"{len(full)} such runs")
+        out.update(common.double_bindings(self.admin, rack.namespace))
+
+    def scenario_provision(self, out: dict, stack: contextlib.ExitStack) -> None:
+        self._floor_needed()
+        samples, wave = self.args.provision_samples, self.args.wave
+        fleet = self.env.state["redfish"]
+        if len(fleet["systems"]) < samples + wave:
+            raise RuntimeError(f"the fleet has {len(fleet['systems'])} systems; {samples} + {wave} wanted")
+        upstream = fleet["systems"][0]["address"].split("://", 1)[1].split("/", 1)[0]
+        proxy = TimingProxy(f"http://{upstream}")
+        stack.callback(proxy.close)
+        served = tempfile.TemporaryDirectory()
+        stack.callback(served.cleanup)
+        files = FileServer(Path(served.name))
+        stack.callback(files.close)
+        iso = files.add("live.iso", b"metalclaim bench live image\n" * 64)
+        tag = os.urandom(3).hex()
+        site = Site(self.admin, fleet, samples + wave, proxy, labels={"bench": tag})
+        stack.callback(site.teardown)
+        tenant = f"bench-prov-t-{tag}"
+        common.namespace(self.admin, tenant)
+        stack.callback(common.delete_namespaces, self.admin, [tenant])
+        for binding in tenant_namespace_bindings(tenant):
+            common.api(self.admin, "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
+        common.api(self.admin, "HostDeployPolicy").create(
+            body={
+                "apiVersion": common.METAL3,
+                "kind": "HostDeployPolicy",
+                "metadata": {"name": "p", "namespace": site.namespace},
+                "spec": {"hostclaimNamespaces": {"names": [tenant]}},
+            }
+        )
+        provisioner = self.controller("provisioner", [site.namespace], "provision-provisioner")
+        stack.callback(provisioner.stop)
+        size = samples + wave
+        self.progress.start(f"provision: {size} hosts registered and inspected", size)
+        deadline = time.monotonic() + 120 + 3 * size
+        while (available := site.states().get("available", 0)) < size and time.monotonic() < deadline:
+            self.progress.update(available)
+            time.sleep(1)
+        self.progress.update(available)
+        self.progress.end()
+        if available < size:
+            raise RuntimeError(f"only {available}/{size} hosts became available: {site.states()}")
+        mode = "batch" if common.controller_has("--mode") else None
+        claims = self.controller("claims", [site.namespace], "provision-claims", mode=mode)
+        stack.callback(claims.stop)
+        claims.settle(quiet=1.0)
+        provisioner.settle(quiet=1.0)
+        spec = {
+            "online": True,
+            "image": {"url": iso, "format": "live-iso"},
+            "hostSelector": {"matchLabels": {"bench": tag}},
+        }
+
+        def body(name: str) -> dict:
+            return {
+                "apiVersion": common.METAL3,
+                "kind": "HostClaim",
+                "metadata": {"name": name, "namespace": tenant},
+                "spec": spec,
+            }
+
+        # Idle create -> Provisioned, a few samples, one at a time.
+        proxy.reset_timing()
+        bodies = [body(f"idle-{index:02d}") for index in range(samples)]
+        idle = self.one_at_a_time("provision: idle create -> Provisioned", claims, bodies, "Provisioned", 1.0, 180)
+        idle_delays = list(proxy.power_delays().values())
+        out["idle"] = {**self.in_f(distribution(idle)), "samples": idle, "power_delays": idle_delays}
+        self.rows_for("provision", "idle create->Provisioned", out["idle"], note=f"{samples} samples")
+        if idle_delays:
+            accounted = [max(0.0, a - b) for a, b in zip(idle, idle_delays, strict=False)]
+            out["idle"]["minus_power_delay"] = distribution(accounted)
+            self.row(
+                "provision",
+                "idle create->Provisioned minus power delay p50",
+                out["idle"]["minus_power_delay"]["p50"],
+                note=f"power delay p50 {sorted(idle_delays)[len(idle_delays) // 2]:.1f} s",
+            )
+        provisioner.settle(quiet=2.0, timeout=60)
+        # The wave.
+        proxy.reset_counts()
+        proxy.reset_timing()
+        prov_runs, prov_events = provisioner.runs(), len(provisioner.run_events())
+        keys = [(tenant, f"wave-{index:03d}") for index in range(wave)]
+        self.progress.note(f"provision: {wave} claims (live-iso, online: true)")
+        sent = self.create_claims([body(name) for _ns, name in keys])
+        first, last = min(sent.values()), max(sent.values())
+        complete = self.wait_all("Provisioned", keys, "provision: wave Provisioned", 300 + 3 * wave)
+        done = {k: self.watch.at("Provisioned", k) for k in keys if self.watch.at("Provisioned", k) is not None}
+        host_of = {}
+        for item in common.api(self.admin, "HostClaim").get(namespace=tenant).to_dict()["items"]:
+            recorded = (item.get("status") or {}).get("hardwareData") or {}
+            host_of[(tenant, item["metadata"]["name"])] = site.systems.get(recorded.get("name"))
+        delays = proxy.power_delays()
+        accounted = [done[k] - sent[k] - delays.get(host_of.get(k), 0.0) for k in done]
+        per_system = proxy.requests_per_system()
+        wave_systems = [host_of[k] for k in keys if host_of.get(k)]
+        per_host = [per_system.get(system, 0) for system in wave_systems]
+        events = provisioner.run_events()[prov_events:]
+        states = site.states()
+        errors = sum(
+            1
+            for h in common.api(self.admin, "BareMetalHost").get(namespace=site.namespace).to_dict()["items"]
+            if (h.get("status") or {}).get("errorType")
+        )
+        out["wave"] = {
+            "claims": wave,
+            "provisioned": len(done),
+            "complete": complete,
+            "first_create_to_all_provisioned": max(done.values()) - first if done else None,
+            "last_create_to_all_provisioned": max(done.values()) - last if complete else None,
+            "latency": self.in_f(distribution([done[k] - sent[k] for k in done])),
+            "power_delay": distribution(list(delays.values())),
+            "power_delay_samples": list(delays.values()),
+            "minus_power_delay": distribution(accounted),
+            "accounting": "per host: create -> Provisioned minus that host's power delay (from the POST of "
+            "ComputerSystem.Reset On to the first GET of the system answering PowerState On, on the wire; "
+            "it includes the provisioner's poll interval); the wave's accounted time is the largest",
+            "redfish_requests_per_host": distribution(per_host) if per_host else {"n": 0},
+            "redfish_requests_total": proxy.total,
+            "redfish_requests_by_kind_per_host": {
+                k: v / max(1, len(wave_systems)) for k, v in proxy.requests_by_kind().items()
+            },
+            "provisioned_over_time": sorted(t - first for t in done.values()),
+            "provisioner_runs": provisioner.runs() - prov_runs,
+            "provisioner_runs_failed": sum(1 for e in events if e.get("status") != "successful"),
+            "provisioner_batch_sizes": [e.get("count") for e in events],
+            "hosts_in_error": errors,
+            "host_states": states,
+            **common.double_bindings(self.admin, site.namespace),
+        }
+        w = out["wave"]
+        self.row(
+            "provision",
+            f"wave: last create -> all {wave} Provisioned",
+            w["last_create_to_all_provisioned"] or "incomplete",
+            note=f"{len(done)}/{wave}",
+        )
+        if w["minus_power_delay"].get("n"):
+            self.row(
+                "provision",
+                "wave: minus each host's power delay (max)",
+                w["minus_power_delay"]["max"],
+                note=f"power delay p50 {w['power_delay'].get('p50', 0):.1f} s, "
+                f"max {w['power_delay'].get('max', 0):.1f} s",
+            )
+        if per_host:
+            self.row(
+                "provision",
+                "wave: Redfish requests per host",
+                round(w["redfish_requests_per_host"]["mean"], 1),
+                unit="req",
+                note=f"min {min(per_host)}, max {max(per_host)} (on the wire, incl. power polls)",
+            )
+        self.row(
+            "provision",
+            "wave: failures",
+            len(keys) - len(done) + errors + w["provisioner_runs_failed"],
+            unit="",
+            note=f"not provisioned + hosts in error + failed runs; {w['provisioner_runs']:.0f} provisioner runs",
+        )
+
+    def scenario_churn(self, out: dict, stack: contextlib.ExitStack) -> None:
+        self._floor_needed()
+        hosts, seconds, rate = self.args.churn_hosts, self.args.churn_seconds, self.args.churn_rate
+        window = max(1, hosts // 2)
+        rack = Rack(self.admin, hosts, 1, prefix="bench-churn", threads=self.args.threads)
+        stack.callback(rack.teardown)
+        mode = "batch" if common.controller_has("--mode") else None
+        controller = self.controller("claims", [rack.namespace], "churn", mode=mode)
+        stack.callback(controller.stop)
+        controller.settle(quiet=1.0)
+        before = {
+            "runs": controller.runs("reconcile"),
+            "keys": controller.metric("metalclaim_batch_size_sum", playbook="reconcile"),
+            "dropped": controller.metric("metalclaim_events_dropped_total"),
+            "results": controller.metrics_by_label("controller_runtime_reconcile_total", "result"),
+        }
+        samples: list[dict] = []
+        stop = threading.Event()
+        started = time.monotonic()
+
+        def sample() -> None:
+            while not stop.is_set():
+                rss, child = controller.rss_mib()
+                size, files = common.tree_bytes(controller.private)
+                samples.append(
+                    {
+                        "t": time.monotonic() - started,
+                        "rss_mib": rss,
+                        "runner_rss_mib": child,
+                        "apiserver_connections": controller.connections(),
+                        "artifacts_mib": size / 2**20,
+                        "artifact_files": files,
+                    }
+                )
+                stop.wait(1.0)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        live: list[tuple] = []
+        created = deleted = 0
+        self.progress.start(f"churn: {rate:g} claims/s for {seconds:g} s ({window} live at most)", int(seconds))
+        while (elapsed := time.monotonic() - started) < seconds:
+            key = (rack.tenants[0], f"c{created:05d}")
+            self.create_claims([rack.claim_body(*key)], threads=1)
+            live.append(key)
+            created += 1
+            if len(live) > window:
+                self.delete_claim(live.pop(0))
+                deleted += 1
+            self.progress.update(int(elapsed))
+            time.sleep(max(0.0, started + created / rate - time.monotonic()))
+        self.progress.end()
+        for key in live:
+            self.delete_claim(key)
+            deleted += 1
+        self.progress.note(f"churn: {created} created, {deleted} deleted; waiting for every claim to go")
+        gone = self.watch.wait(lambda w: not any(k[0] == rack.tenants[0] for k in w.present), 60 + 2 * window)
+        drained = time.monotonic() - started - seconds
+        controller.settle(quiet=2.0, timeout=60)
+        runs_settled = controller.runs("reconcile")
+        time.sleep(self.args.quiet_tail)
+        quiet_runs = controller.runs("reconcile") - runs_settled
+        stop.set()
+        sampler.join(5)
+        stuck_claims = sorted(f"{k[0]}/{k[1]}" for k in self.watch.present if k[0] == rack.tenants[0])
+        stuck_hosts = [
+            h["metadata"]["name"]
+            for h in common.api(self.admin, "BareMetalHost").get(namespace=rack.namespace).to_dict()["items"]
+            if (h.get("spec") or {}).get("consumerRef")
+        ]
+        results = controller.metrics_by_label("controller_runtime_reconcile_total", "result")
+        again = {k: results.get(k, 0) - before["results"].get(k, 0) for k in results}
+        key_runs = controller.metric("metalclaim_batch_size_sum", playbook="reconcile") - before["keys"]
+        changes = created + deleted  # each claim created once and deleted once by the bench
+        rss = [s["rss_mib"] for s in samples]
+        third = max(1, len(rss) // 3)
+        out.update(
+            {
+                "seconds": seconds,
+                "rate": rate,
+                "hosts": hosts,
+                "created": created,
+                "deleted": deleted,
+                "all_gone": gone,
+                "drain_seconds": drained,
+                "stuck_claims": stuck_claims,
+                "hosts_still_consumed": stuck_hosts,
+                "runs": controller.runs("reconcile") - before["runs"],
+                "key_runs": key_runs,
+                "bench_changes": changes,
+                "outcomes": again,
+                "key_runs_beyond_changes": max(
+                    0.0, key_runs - changes - again.get("retry", 0) - again.get("requeue", 0)
+                ),
+                "events_dropped": controller.metric("metalclaim_events_dropped_total") - before["dropped"],
+                "quiet_tail_seconds": self.args.quiet_tail,
+                "runs_in_quiet_tail": quiet_runs,
+                "rss_first_third_mib": sum(rss[:third]) / third if rss else None,
+                "rss_last_third_mib": sum(rss[-third:]) / third if rss else None,
+                "samples": samples,
+            }
+        )
+        if rss:
+            self.row(
+                "churn",
+                "controller RSS first/last third",
+                round(out["rss_first_third_mib"], 1),
+                unit="MiB",
+                note=f"-> {out['rss_last_third_mib']:.1f} MiB (max {max(rss):.1f})",
+            )
+            conns = [s["apiserver_connections"] for s in samples]
+            self.row(
+                "churn",
+                "apiserver connections (watches+pool)",
+                max(conns),
+                unit="",
+                note=f"min {min(conns)}, last {conns[-1]}",
+            )
+            self.row(
+                "churn",
+                "artifacts on disk (max)",
+                round(max(s["artifacts_mib"] for s in samples), 2),
+                unit="MiB",
+                note=f"last {samples[-1]['artifacts_mib']:.2f} MiB, {samples[-1]['artifact_files']} files",
+            )
+        self.row(
+            "churn",
+            "stuck claims / hosts still consumed",
+            f"{len(stuck_claims)}/{len(stuck_hosts)}",
+            unit="",
+            note=f"{created} created and deleted in {seconds:g} s",
+        )
+        self.row(
+            "churn",
+            "runs / key-runs / bench changes",
+            f"{out['runs']:.0f}/{key_runs:.0f}/{changes}",
+            unit="",
+            note=f"own-write events dropped {out['events_dropped']:.0f}",
+        )
+        self.row(
+            "churn",
+            "runs from own writes",
+            f"{quiet_runs:.0f} in quiet tail",
+            unit="",
+            note=f"key-runs beyond changes {out['key_runs_beyond_changes']:.0f}",
+        )
+
+    # -- the whole run -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        chosen = [s for s in SCENARIOS if s in self.args.scenarios]
+        for index, name in enumerate(chosen, 1):
+            self.progress.prefix = f"[bench {index}/{len(chosen)} {name}]"
+            out: dict = {"status": "ok"}
+            self.results[name] = out
+            started = time.monotonic()
+            try:
+                with contextlib.ExitStack() as stack:
+                    getattr(self, f"scenario_{name}")(out, stack)
+            except Skipped as why:
+                out.update(status="skipped", reason=str(why))
+                self.row(name, "skipped", str(why), unit="")
+                self.progress.note(f"skipped: {why}")
+            except Exception as error:
+                out.update(status="failed", error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
+                self.row(name, "FAILED", f"{type(error).__name__}: {str(error).splitlines()[0][:90]}", unit="")
+                self.progress.note(f"failed: {type(error).__name__}: {error}")
+            out["scenario_seconds"] = time.monotonic() - started
+        self.later.close()
+        self.watch.close()
+
+
+class Skipped(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _environment(values: dict):
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _short(values: list) -> str:
+    if len(values) <= 8:
+        return str(values)
+    return f"{values[:4]} ... {values[-2:]} ({len(values)} runs, max {max(v or 0 for v in values)})"
+
+
+# -- output --------------------------------------------------------------------------------------
+
+
+def metadata(args, env: Devenv, reused: bool) -> dict:
+    def version(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    def git(*argv: str) -> str:
+        return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+
+    limit = cpu_limit()
+    return {
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "git_revision": git("rev-parse", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "versions": {
+            "python": platform.python_version(),
+            "ansible-core": version("ansible-core"),
+            "ansible-runner": version("ansible-runner"),
+            "kubernetes (python)": version("kubernetes"),
+            "kubernetes (control plane)": env.state.get("versions", {}).get("kubernetes"),
+            "etcd": env.state.get("versions", {}).get("etcd"),
+            "sushy-tools": version("sushy-tools"),
+            "matplotlib": version("matplotlib"),
+        },
+        "fleet_size": env.state.get("fleet_size"),
+        "devenv": {"directory": str(env.directory), "reused": reused},
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cgroup_cpu_limit": limit,
+        "loadavg_at_start": os.getloadavg(),
+        "controller_flags": {flag: common.controller_has(flag) for flag in ("--mode", "--standby")},
+        "arguments": {k: v for k, v in vars(args).items() if k not in ("dir", "out")},
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'scenario':<10} {'figure':<48} {'value':>14} {'x F':>7}  note", "-" * 110]
+    for row in rows:
+        value = row["value"]
+        if isinstance(value, float):
+            shown = f"{value:.3f} {row['unit']}" if row["unit"] == "s" else f"{value:g} {row['unit']}"
+        else:
+            shown = f"{value} {row['unit']}".strip()
+        in_f = f"{row['F']:.2f}" if row.get("F") is not None else ""
+        lines.append(f"{row['scenario']:<10} {row['figure'][:48]:<48} {shown:>14} {in_f:>7}  {row['note']}")
+    return "\n".join(lines)
+
+
+def _legend(ax, loc: str) -> None:
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(loc=loc)
+
+
+def plot(results: dict, path: Path, floor: float | None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 3, figsize=(18, 10))
+    unit = floor or 1.0
+    xlabel = "x F" if floor else "seconds"
+
+    def ecdf(ax, values, label, scale=1.0, **kw):
+        if values:
+            ordered = sorted(v / scale for v in values)
+            ax.step(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], where="post", label=label, **kw)
+
+    ax = axes[0][0]
+    idle = results.get("idle") or {}
+    ecdf(ax, (idle.get("cold") or {}).get("samples"), "cold path", unit)
+    ecdf(ax, (idle.get("standby") or {}).get("samples"), "standby run", unit)
+    ax.set(title="idle: create -> Association=True", xlabel=xlabel, ylabel="fraction of claims")
+    _legend(ax, loc="lower right")
+
+    ax = axes[0][1]
+    storm, base = results.get("storm") or {}, results.get("baseline") or {}
+    for figures, label in ((storm, "ours (batch)"), (base, "baseline per-event (measured)")):
+        if figures.get("latency", {}).get("n"):
+            ordered = sorted(figures["bound_over_time"])
+            ax.plot(ordered, range(1, len(ordered) + 1), label=f"{label}: {figures['claims']} claims")
+    if base.get("extrapolated") and base.get("bound_over_time"):
+        factor = base["at_storm_size"]["claims"] / base["claims"]
+        ordered = sorted(base["bound_over_time"])
+        ax.plot(
+            [t * factor for t in ordered],
+            [(i + 1) * factor for i in range(len(ordered))],
+            "--",
+            label="baseline, extrapolated",
+        )
+    ax.set(title="bind storm: claims bound over time", xlabel="seconds since the first create", ylabel="claims bound")
+    _legend(ax, loc="lower right")
+
+    ax = axes[0][2]
+    for figures, label in ((storm, "ours (batch)"), (base, "baseline per-event (measured)")):
+        ecdf(ax, figures.get("latency_samples"), label)
+    ax.set(title="bind storm: create -> Association=True", xlabel="seconds", ylabel="fraction of claims")
+    if ax.lines:
+        ax.set_xscale("log")
+        _legend(ax, loc="lower right")
+
+    ax = axes[1][0]
+    wave = (results.get("provision") or {}).get("wave") or {}
+    if wave.get("provisioned_over_time"):
+        ordered = wave["provisioned_over_time"]
+        ax.plot(ordered, range(1, len(ordered) + 1), label="Provisioned")
+    ecdf_ax = ax.twinx()
+    delays = sorted(wave.get("power_delay_samples") or [])
+    if delays:
+        ecdf_ax.hist(delays, bins=12, alpha=0.3, color="grey", label="power delay (s)")
+    ax.set(title="provision wave: hosts Provisioned over time", xlabel="seconds since the first create", ylabel="hosts")
+    _legend(ax, loc="lower right")
+
+    ax = axes[1][1]
+    churn = results.get("churn") or {}
+    if churn.get("samples"):
+        t = [s["t"] for s in churn["samples"]]
+        ax.plot(t, [s["rss_mib"] for s in churn["samples"]], label="controller RSS (MiB)")
+        ax.plot(t, [s["runner_rss_mib"] for s in churn["samples"]], label="runner child RSS (MiB)")
+        ax.plot(t, [s["artifacts_mib"] for s in churn["samples"]], label="artifacts (MiB)")
+        ax2 = ax.twinx()
+        ax2.plot(
+            t, [s["apiserver_connections"] for s in churn["samples"]], ":", color="black", label="apiserver connections"
+        )
+        ax2.set_ylabel("connections")
+        _legend(ax2, loc="upper right")
+    ax.set(title="churn: memory, artifacts, connections", xlabel="seconds")
+    _legend(ax, loc="upper left")
+
+    ax = axes[1][2]
+    resync = results.get("resync") or {}
+    if resync.get("samples"):
+        ax.plot([v / unit for v in resync["samples"]], "o-", label="probe during resyncs")
+    if (idle.get("cold") or {}).get("samples"):
+        ax.axhline(idle["cold"]["p99"] / unit, color="grey", ls="--", label="idle cold p99")
+    ax.set(title="resync under load: create -> Associated", xlabel="probe", ylabel=xlabel)
+    _legend(ax, loc="upper right")
+
+    fig.suptitle("metalclaim bench (" + (f"F = {floor:.2f} s" if floor else "no F") + ")")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n", 1)[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--dir", type=Path, default=Path(".bench-devenv"), help="the devenv's directory (made or reused)")
+    p.add_argument("--out", type=Path, default=Path("bench/out"), help="where the JSON and PNG go")
+    p.add_argument("--keep-devenv", action="store_true", help="leave a devenv this run started running")
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset of " + ",".join(SCENARIOS))
+    p.add_argument("--threads", type=int, default=16, help="threads creating claims and hosts")
+    p.add_argument("--floor-runs", type=int, default=10)
+    p.add_argument("--idle-claims", type=int, default=50)
+    p.add_argument("--idle-gap", type=float, default=None, help="seconds of quiet between idle claims (1.5 F)")
+    p.add_argument("--storm-claims", type=int, default=1000)
+    p.add_argument("--storm-namespaces", type=int, default=10)
+    p.add_argument("--baseline-claims", type=int, default=100, help="the per-event storm's size (extrapolated)")
+    p.add_argument("--resync-period", type=float, default=20.0, help="the resync scenario controller's period")
+    p.add_argument("--resync-probes", type=int, default=20, help="new claims, one at a time, during resyncs")
+    p.add_argument("--provision-samples", type=int, default=5, help="idle create -> Provisioned samples")
+    p.add_argument("--wave", type=int, default=100, help="claims provisioned at once (needs as many BMCs)")
+    p.add_argument("--churn-seconds", type=float, default=120.0)
+    p.add_argument("--churn-rate", type=float, default=4.0, help="claims created (and deleted) per second")
+    p.add_argument("--churn-hosts", type=int, default=40)
+    p.add_argument("--quiet-tail", type=float, default=10.0, help="seconds watched for runs after churn settles")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    args.scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    unknown = set(args.scenarios) - set(SCENARIOS)
+    if unknown:
+        parser().error(f"unknown scenarios {sorted(unknown)}; choose from {','.join(SCENARIOS)}")
+    if args.baseline_claims > args.storm_claims:
+        args.baseline_claims = args.storm_claims
+    os.environ.setdefault("ANSIBLE_COLLECTIONS_PATH", str(common.COLLECTIONS))
+    os.environ.setdefault("ANSIBLE_COLLECTIONS_SCAN_SYS_PATH", "false")
+    fleet = args.provision_samples + args.wave if "provision" in args.scenarios else 1
+    directory = args.dir.resolve()
+    env = Devenv.load(directory)
+    reused = (
+        env is not None and env.healthy() and (env.state.get("fleet_size") or 0) >= fleet and "redfish" in env.state
+    )
+    if reused:
+        print(
+            f"[bench] reusing the devenv in {directory} ({env.state.get('fleet_size')} emulated systems)",
+            file=sys.stderr,
+        )
+    else:
+        print(f"[bench] bringing up a devenv in {directory} with {fleet} emulated systems", file=sys.stderr)
+        env = Devenv.up(directory, hosts=fleet, register=False)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    json_path, png_path = args.out / f"bench-{stamp}.json", args.out / f"bench-{stamp}.png"
+    work = Path(tempfile.mkdtemp(prefix="metalclaim-bench-"))
+    meta = metadata(args, env, reused)
+    bench = None
+    try:
+        if not meta["controller_flags"]["--mode"] or not meta["controller_flags"]["--standby"]:
+            missing = [f for f, has in meta["controller_flags"].items() if not has]
+            print(
+                f"[bench] the controller lacks {', '.join(missing)}: baseline / standby figures are skipped",
+                file=sys.stderr,
+            )
+        bench = Bench(args, env, work)
+        bench.run()
+    finally:
+        if bench is not None:
+            meta["loadavg_at_end"] = os.getloadavg()
+            meta["work_dir"] = str(work)
+            report = {"meta": meta, "F": bench.floor, "scenarios": bench.results, "table": bench.rows}
+            json_path.write_text(json.dumps(report, indent=1, default=str) + "\n")
+            try:
+                plot(bench.results, png_path, bench.floor)
+            except Exception as error:  # the figures are in the JSON whatever happens to the plot
+                print(f"[bench] no PNG: {type(error).__name__}: {error}", file=sys.stderr)
+                png_path = None
+            print()
+            print(table(bench.rows))
+            print(f"\nF = {bench.floor:.3f} s" if bench.floor else "\nno F measured", end="")
+            print(
+                f"; {meta['cpu_count']} CPUs, cgroup limit {meta['cgroup_cpu_limit'] or 'none'}; "
+                f"rev {meta['git_revision'][:10]}"
+            )
+            print(f"figures: {json_path}" + (f"\nplots:   {png_path}" if png_path else ""))
+            print(f"controller logs: {work}")
+        if not reused and not args.keep_devenv:
+            env.down()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
