@@ -1,6 +1,5 @@
-"""metalclaim: HostClaims on bare metal over Redfish - controller and development environment."""
+"""metalclaim: HostClaims on bare metal over Redfish - the controller and the media server.
 
-from pathlib import Path
-
-# The repository (and collection) root: config/, playbooks/ and .collections/ are found from here.
-REPO_ROOT = Path(__file__).resolve().parents[2]
+The development environment (`metalclaim.devenv`) lives in the checkout only, and only it knows where the
+checkout is; nothing in the installed package looks for it.
+"""

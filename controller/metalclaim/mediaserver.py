@@ -279,7 +279,7 @@ def _stop(signum, frame):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m metalclaim.mediaserver", description=__doc__.split("\n", maxsplit=1)[0]
+        prog="metalclaim-mediaserver", description=__doc__.split("\n", maxsplit=1)[0]
     )
     parser.add_argument(
         "--dir",

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import ansible_runner
 
-from . import REPO_ROOT
-
-COLLECTIONS_PATH = REPO_ROOT / ".collections"
+from .controller.collection import collections_path
 
 
 @dataclass(frozen=True)
@@ -48,7 +46,7 @@ def run(
     runner = ansible_runner.run(
         private_data_dir=str(private_data_dir),
         inventory=f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}",
-        envvars={"ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS_PATH), "K8S_AUTH_KUBECONFIG": kubeconfig},
+        envvars={"ANSIBLE_COLLECTIONS_PATH": collections_path(), "K8S_AUTH_KUBECONFIG": kubeconfig},
         extravars=extravars or {},
         quiet=True,
         **target,

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from metalclaim import REPO_ROOT
+from tests.support import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

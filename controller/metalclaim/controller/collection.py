@@ -11,20 +11,16 @@ import os
 import sys
 from pathlib import Path
 
-from .. import REPO_ROOT
-
 DEFAULT_PATHS = (Path("~/.ansible/collections").expanduser(), Path("/usr/share/ansible/collections"))
 SUBDIR = Path("ansible_collections") / "metalclaim" / "hostclaim"
 
 
 def collections_path() -> str:
-    """The collections path the controller and its runs use (the checkout's .collections in development)."""
+    """The collections path the controller and its runs use: the configured one, else Ansible's defaults."""
     configured = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.environ.get("ANSIBLE_COLLECTIONS_PATHS")
     if configured:
         return configured
-    development = REPO_ROOT / ".collections"
-    candidates = [development, *DEFAULT_PATHS]
-    return os.pathsep.join(str(path) for path in candidates if (path / SUBDIR).is_dir()) or str(DEFAULT_PATHS[0])
+    return os.pathsep.join(str(path) for path in DEFAULT_PATHS if (path / SUBDIR).is_dir()) or str(DEFAULT_PATHS[0])
 
 
 def collection_dir(path: str | None = None) -> Path:

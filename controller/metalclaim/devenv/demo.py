@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pycdlib
 
-from .. import REPO_ROOT
+from . import REPO_ROOT
 from .env import INFRA_NAMESPACE, TENANT_NAMESPACES, Devenv
 from .processes import DevenvError, free_port
 

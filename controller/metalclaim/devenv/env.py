@@ -14,8 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import REPO_ROOT
-from . import redfish
+from . import REPO_ROOT, redfish
 from .controlplane import IDENTITIES, ControlPlane, build_binaries
 from .processes import DevenvError, alive, free_port, stop_process_group
 

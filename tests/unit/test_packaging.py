@@ -1,0 +1,163 @@
+"""What the two artifacts ship: the collection tarball (the collection, not the workshop) and the wheel (the
+controller and the media server, with their console scripts, and nothing that looks for the checkout)."""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import fnmatch
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support import REPO_ROOT
+
+BIN = Path(sys.executable).parent
+
+# Every file of the tarball must match one of these (fnmatch: `*` also crosses `/`).
+TARBALL_ALLOW = (
+    "MANIFEST.json",
+    "FILES.json",
+    "README.md",
+    "COPYING",
+    "CHANGELOG.rst",
+    "requirements.txt",
+    "bindep.txt",
+    "meta/runtime.yml",
+    "meta/execution-environment.yml",
+    "plugins/*.py",
+    "plugins/*.yml",
+    "roles/*/defaults/main.yml",
+    "roles/*/meta/main.yml",
+    "roles/*/meta/argument_specs.yml",
+    "roles/*/tasks/*.yml",
+    "roles/*/templates/*.j2",
+    "roles/*/README.md",
+    "playbooks/*.yml",
+    "config/*.yaml",  # the manifests the install role applies, and the samples
+    "files/metalclaim-image-writer",
+    "docs/*.md",
+    "docs/*.sh",
+    "changelogs/changelog.yaml",
+    "changelogs/config.yaml",
+    "changelogs/fragments/*.yml",
+    "tests/sanity/ignore-*.txt",
+)
+# And these must be there.
+TARBALL_REQUIRED = (
+    "MANIFEST.json",
+    "FILES.json",
+    "README.md",
+    "COPYING",
+    "requirements.txt",
+    "bindep.txt",
+    "meta/runtime.yml",
+    "meta/execution-environment.yml",
+    "files/metalclaim-image-writer",
+    "config/crd/metal3.io_hostclaims.yaml",
+    "playbooks/reconcile.yml",
+)
+
+
+def _run(*argv, **options) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(a) for a in argv], capture_output=True, text=True, check=False, **options)
+    assert result.returncode == 0, f"{' '.join(map(str, argv))} failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def tarball_files(tmp_path_factory) -> list[str]:
+    out = tmp_path_factory.mktemp("tarball")
+    _run(BIN / "ansible-galaxy", "collection", "build", "--output-path", out, REPO_ROOT)
+    (tarball,) = out.glob("metalclaim-hostclaim-*.tar.gz")
+    with tarfile.open(tarball) as archive:
+        return sorted(member.name for member in archive.getmembers() if not member.isdir())
+
+
+def test_the_tarball_ships_only_allowed_files(tarball_files):
+    outside = [name for name in tarball_files if not any(fnmatch.fnmatch(name, p) for p in TARBALL_ALLOW)]
+    assert not outside, f"files outside the allow-list (galaxy.yml build_ignore): {outside}"
+    assert not [n for n in tarball_files if n.split("/")[0] in ("controller", "bench", "hack", "molecule")]
+
+
+def test_the_tarball_ships_the_collection(tarball_files):
+    missing = [name for name in TARBALL_REQUIRED if name not in tarball_files]
+    assert not missing, missing
+    for role in sorted(p.name for p in (REPO_ROOT / "roles").iterdir()):
+        assert f"roles/{role}/tasks/main.yml" in tarball_files, role
+        assert f"roles/{role}/meta/argument_specs.yml" in tarball_files, role
+    modules = sorted(p.name for p in (REPO_ROOT / "plugins" / "modules").glob("*.py"))
+    assert modules and all(f"plugins/modules/{m}" in tarball_files for m in modules)
+    # What ansible-builder reads names files the tarball holds.
+    ee = yaml.safe_load((REPO_ROOT / "meta" / "execution-environment.yml").read_text())
+    assert sorted(ee["dependencies"].values()) == ["bindep.txt", "requirements.txt"]
+
+
+def test_requirements_txt_states_lower_bounds_for_what_the_modules_import():
+    lines = [line.split("#")[0].strip() for line in (REPO_ROOT / "requirements.txt").read_text().splitlines()]
+    wanted = {m.group(1).lower(): m.group(2) for m in (re.fullmatch(r"([A-Za-z0-9_.-]+)(.*)", x) for x in lines if x)}
+    assert "ansible-core" not in wanted and "ansible" not in wanted
+    assert all(spec.startswith(">=") and "==" not in spec for spec in wanted.values()), wanted
+    # Third-party top-level imports of plugins/ (the modules and module_utils), by distribution name.
+    distribution = {"kubernetes": "kubernetes", "urllib3": "kubernetes", "sushy": "sushy", "requests": "sushy"}
+    distribution["pycdlib"] = "pycdlib"
+    imported = set()
+    for path in (REPO_ROOT / "plugins").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module.split(".")[0]]
+            else:
+                continue
+            for name in names:
+                if name in sys.stdlib_module_names or name in ("ansible", "ansible_collections", "__future__"):
+                    continue
+                assert name in distribution, f"{path}: imports {name}, which requirements.txt does not account for"
+                imported.add(distribution[name])
+    assert imported == set(wanted), (imported, wanted)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    scratch = tmp_path_factory.mktemp("wheel")
+    source = scratch / "source"  # setuptools writes build/ and *.egg-info beside its sources: a copy
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO_ROOT / name, source / name)
+    shutil.copytree(
+        REPO_ROOT / "controller", source / "controller", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    _run(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", scratch, source)
+    (path,) = scratch.glob("metalclaim-*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_the_wheel_has_the_controller_and_mediaserver_console_scripts(wheel):
+    names = wheel.namelist()
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    parser = configparser.ConfigParser()
+    parser.read_string(wheel.read(entry_points).decode())
+    assert dict(parser["console_scripts"]) == {
+        "metalclaim-controller": "metalclaim.controller.__main__:main",
+        "metalclaim-mediaserver": "metalclaim.mediaserver:main",
+    }
+    assert "metalclaim/mediaserver.py" in names and "metalclaim/controller/__main__.py" in names
+    assert not [n for n in names if n.startswith("metalclaim/devenv")], "the devenv stays in the checkout"
+
+
+def test_nothing_in_the_wheel_looks_for_the_checkout(wheel):
+    sources = {n: wheel.read(n).decode() for n in wheel.namelist() if n.endswith(".py")}
+    assert sources
+    for name, text in sources.items():
+        assert "REPO_ROOT" not in text, name
+        assert not re.search(r"""["'/]shared\b""", text), f"{name} reaches for ../shared"
+        assert not re.search(r"__file__\)?\.resolve\(\)\.parents\[[2-9]", text), f"{name} climbs out of its package"
+        assert not re.search(r"""["'/]\.collections\b""", text), f"{name} looks for the checkout's collections path"
