@@ -22,6 +22,7 @@ from .cgroup import cpu_limit, slots_for
 from .scope import SIDES, Scope, parse_shard, parse_sides
 
 ENV_PREFIX = "METALCLAIM_"
+MODES = ("batch", "per-event")
 
 
 def _env(flag: str, default):
@@ -55,6 +56,20 @@ def parser() -> argparse.ArgumentParser:
         "--private-data-dir", "ansible-runner's private data dir (artifacts rotate there)", "/tmp/metalclaim-controller"
     )
     add("--keep-artifacts", "run artifact directories kept per runner slot", 20, int)
+    add(
+        "--mode",
+        "batch: a run reconciles every key ready (a batch); per-event: one run per key, --runner-slots at once "
+        "(default: one per CPU), the Operator SDK Ansible operator's model, kept as a benchmark baseline",
+        "batch",
+        choices=MODES,
+    )
+    add(
+        "--standby",
+        "start each claim-side run ahead, so a batch goes to a run already past its start-up (batch mode)",
+        "false",
+        _bool,
+    )
+    add("--standby-max-age", "seconds an idle standby run waits before it is replaced by a fresh one", 300.0, float)
     add("--runner-slots", "ansible-runner runs at once; 0: one per whole CPU of the cgroup's limit, 1 without", 0, int)
     add(
         "--controllers",
@@ -121,6 +136,19 @@ def main(argv=None) -> int:
         parser().error(str(error))
     if args.runner_slots < 0:
         parser().error(f"--runner-slots {args.runner_slots}: 0 (from the CPU limit) or more")
+    if args.mode == "per-event" and args.standby:
+        parser().error("--standby works in batch mode only (per-event is the baseline without it)")
+    if args.standby_max_age <= 0:
+        parser().error(f"--standby-max-age {args.standby_max_age}: a positive number of seconds")
+    batching = {
+        "batch_quiet": args.batch_quiet,
+        "batch_max_wait": args.batch_max_wait,
+        "batch_max_size": args.batch_max_size,
+        "runner_slots": args.runner_slots or slots_for(cpu_limit()),
+    }
+    if args.mode == "per-event":  # one key per run, no wait to collect more, one run per CPU at once
+        batching = {"batch_quiet": 0.0, "batch_max_wait": 0.0, "batch_max_size": 1}
+        batching["runner_slots"] = args.runner_slots or os.cpu_count() or 1
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
     collection.import_path()
     from kubernetes import config as kube_config
@@ -142,18 +170,17 @@ def main(argv=None) -> int:
         kubeconfig=args.kubeconfig,
         infra_namespaces=tuple(n for n in args.infra_namespaces.split(",") if n),
         resync_period=args.resync_period,
-        batch_quiet=args.batch_quiet,
-        batch_max_wait=args.batch_max_wait,
-        batch_max_size=args.batch_max_size,
+        **batching,
         private_data_dir=Path(args.private_data_dir),
         keep_artifacts=args.keep_artifacts,
-        runner_slots=args.runner_slots or slots_for(cpu_limit()),
         scope=scope,
         namespace_selector=args.namespace_selector,
         deploy_iso_url=args.deploy_iso_url,
         media_dir=args.media_dir,
         media_url=args.media_url,
         watch_secrets=args.watch_secrets,
+        standby=args.standby,
+        standby_max_age=args.standby_max_age,
         leader_elect=args.leader_elect,
         leader_election_namespace=args.leader_election_namespace,
         leader_election_id=scope.lease_name(args.leader_election_id),

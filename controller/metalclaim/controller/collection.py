@@ -7,6 +7,8 @@ imports its pure constants from there instead of keeping copies.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -42,3 +44,18 @@ def import_path(path: str | None = None) -> None:
     root = str(collection_dir(path).parents[2])
     if root not in sys.path:
         sys.path.append(root)
+
+
+def fingerprint(path: str | None = None) -> str:
+    """What the runs would load from the collection (each file's path, size and mtime): it changes with an
+    upgrade, so a standby run started before it is recycled."""
+    root = collection_dir(path)
+    digest = hashlib.sha256()
+    for part in ("plugins", "roles", "playbooks", "meta"):
+        for directory, subdirectories, files in os.walk(root / part):
+            subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
+            for name in sorted(files):
+                with contextlib.suppress(OSError):  # removed while we walk: the next look sees it
+                    stat = os.stat(os.path.join(directory, name))
+                    digest.update(f"{directory}/{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()

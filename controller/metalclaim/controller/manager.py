@@ -8,8 +8,10 @@ and the playbooks read everything they need from the API server themselves.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from .leader import LeaderElector
 from .reflector import Reflector, Store
 from .runs import Runner
 from .scope import CLAIMS, PROVISIONER, Scope
+from .standby import Standby
 from .workqueue import LIVE, RESYNC, WorkQueue
 
 COLLECTION = "metalclaim.hostclaim"
@@ -50,6 +53,8 @@ class Settings:
     media_dir: str = ""
     media_url: str = ""
     watch_secrets: bool = True  # Secrets' metadata in namespaces holding claims; False: seen at resync only
+    standby: bool = False  # claim batches go to a reconcile run started ahead (see standby.py)
+    standby_max_age: float = 300.0  # seconds an idle standby run waits before it is recycled
     leader_elect: bool = False
     leader_election_namespace: str = "metalclaim-system"
     leader_election_id: str = "metalclaim-controller"
@@ -84,6 +89,8 @@ class Controller:
         self.leader: LeaderElector | None = None
         self._leader_thread: threading.Thread | None = None
         self.runners: list[Runner] = []
+        self.standbys: list[Standby] = []  # one per slot with --standby (the slot's two runners)
+        self._standby_dir: Path | None = None
         self._cancel_run = threading.Event()
         self._release_lease = threading.Event()  # set once no run is in flight: only then may another leader start
         self._dispatchers: list[threading.Thread] = []
@@ -162,7 +169,7 @@ class Controller:
         playbook, extravars = self._extravars(group, keys)
         name = "reconcile" if group == mapper.CLAIM else "provision"
         self.metrics.batch_size.labels(name).observe(len(keys))
-        report = self.runners[slot].run(playbook, extravars, self._cancel_run)
+        report = self._run(slot, group, playbook, extravars)
         self.metrics.runs.labels(name, report.status).inc()
         self.metrics.run_seconds.labels(name).observe(report.seconds)
         log(
@@ -194,6 +201,19 @@ class Controller:
                 self.queue.forget(key)
         self.metrics.reconcile_seconds.labels(name).observe(report.seconds)
 
+    def _run(self, slot: int, group: str, playbook: str, extravars: dict):
+        """The batch's run: handed to the slot's standby run when there is one, else a cold run."""
+        if not self.standbys:
+            return self.runners[slot].run(playbook, extravars, self._cancel_run)
+        standby = self.standbys[slot]
+        if group == mapper.CLAIM:
+            runner = standby.hand_over(extravars["hostclaim_reconcile_claims"], self.stop)
+            if runner is not None:
+                self.metrics.standby_batches.labels("standby").inc()
+                return runner.wait(self._cancel_run)
+            self.metrics.standby_batches.labels("cold").inc()
+        return standby.free_runner().run(playbook, extravars, self._cancel_run)
+
     def _dispatch(self, slot: int) -> None:
         """One runner slot: take a batch (the queue never hands a key to two slots), run it, settle its keys."""
         while not self.stop.is_set():
@@ -210,11 +230,13 @@ class Controller:
             if keys is None:
                 return
             if not keys:
+                if self.standbys:
+                    self.standbys[slot].maintain()
                 continue
             try:
                 self._run_batch(keys, slot)
             except Exception as error:  # never lose the keys: back off and carry on
-                log("dispatch_error", error=str(error))
+                log("dispatch_error", error=f"{type(error).__name__}: {error}")
                 for key in keys:
                     self.queue.add_rate_limited(key)
             finally:
@@ -285,16 +307,36 @@ class Controller:
         envvars = {"ANSIBLE_COLLECTIONS_PATH": collection.collections_path()}
         if settings.kubeconfig:
             envvars["K8S_AUTH_KUBECONFIG"] = settings.kubeconfig
-        # One private data dir per slot, each rotating its artifacts: disk stays within
-        # runner_slots x keep_artifacts runs, however many runs happen.
+        # One private data dir per runner, each rotating its artifacts: disk stays within
+        # runners x keep_artifacts runs, however many runs happen.
+        standby = settings.standby and CLAIMS in sides
+        per_slot = 2 if standby else 1
         self.runners = [
             Runner(
-                settings.private_data_dir if settings.runner_slots == 1 else settings.private_data_dir / f"slot-{slot}",
+                _runner_dir(settings.private_data_dir, slot, settings.runner_slots, runner, per_slot),
                 envvars,
                 keep_artifacts=settings.keep_artifacts,
             )
             for slot in range(settings.runner_slots)
+            for runner in range(per_slot)
         ]
+        if standby:
+            # A short path (sockets: 107 bytes at most), a directory only this user can enter (mkdtemp: 0700).
+            self._standby_dir = Path(tempfile.mkdtemp(prefix="metalclaim-standby-"))
+            self.standbys = [
+                Standby(
+                    self.runners[2 * slot : 2 * slot + 2],
+                    self._standby_dir / f"slot-{slot}.sock",
+                    collection.playbook("reconcile"),
+                    max_age=settings.standby_max_age,
+                    fingerprint=collection.fingerprint,
+                    log=lambda event, slot=slot, **fields: log(event, slot=slot, **fields),
+                    on_ready=self.metrics.standby_ready.inc,
+                )
+                for slot in range(settings.runner_slots)
+            ]
+            for slot_standby in self.standbys:
+                slot_standby.launch()
         for reflector in self.reflectors:
             reflector.start()
         if settings.leader_elect:
@@ -318,7 +360,7 @@ class Controller:
             self.metrics.leader.set(1)
         self._dispatchers = [
             threading.Thread(target=self._dispatch, args=(slot,), name=f"dispatcher-{slot}", daemon=True)
-            for slot in range(len(self.runners))
+            for slot in range(settings.runner_slots)
         ]
         for dispatcher in self._dispatchers:
             dispatcher.start()
@@ -331,6 +373,7 @@ class Controller:
             infra_namespaces=list(settings.infra_namespaces),
             leader_elect=settings.leader_elect,
             runner_slots=settings.runner_slots,
+            standby=bool(self.standbys),
         )
 
     def _lost_leadership(self) -> None:
@@ -352,12 +395,23 @@ class Controller:
             deadline = time.monotonic() + self.settings.grace_period / 2
             for dispatcher in dispatchers:
                 dispatcher.join(max(0.0, deadline - time.monotonic()))
+        for slot_standby in self.standbys:
+            slot_standby.close()
         for runner in self.runners:
             runner.close()
+        if self._standby_dir is not None:
+            with contextlib.suppress(OSError):
+                self._standby_dir.rmdir()
         self._release_lease.set()
         if self.leader is not None and self._leader_thread is not threading.current_thread():
             self._leader_thread.join(5)
         log("stopped")
+
+
+def _runner_dir(private: Path, slot: int, slots: int, runner: int, per_slot: int) -> Path:
+    """private (one slot), private/slot-N (several); with standby runs, a slot's second runner in .../standby-b."""
+    slot_dir = private if slots == 1 else private / f"slot-{slot}"
+    return slot_dir if runner == 0 else slot_dir / "standby-b"
 
 
 def _shown(keys: list, limit: int = 20) -> list[str]:

@@ -64,6 +64,15 @@ class Metrics:
             registry=r,
         )
         self.resyncs = Counter("metalclaim_resyncs_total", "Periodic resyncs.", registry=r)
+        self.standby_batches = Counter(
+            "metalclaim_standby_batches_total",
+            "Claim batches by path: handed to a standby run, or run cold (no standby ready).",
+            ["path"],
+            registry=r,
+        )
+        self.standby_ready = Gauge(
+            "metalclaim_standby_ready", "Standby runs started and waiting for a batch.", registry=r
+        )
 
     def added(self, _key) -> None:
         self.adds.inc()

@@ -73,6 +73,8 @@ def _serve(conn, private_data_dir: str, envvars: dict, settings: dict, keep_arti
                 extravars=extravars,
                 settings=settings,
                 rotate_artifacts=keep_artifacts,
+                # Else the first run's extravars are written to env/extravars and read by every later run.
+                suppress_env_files=True,
                 cancel_callback=cancel_callback,
                 quiet=True,
             )
@@ -175,7 +177,8 @@ def _reap_orphans() -> None:
 
 
 class Runner:
-    """The parent's handle on the child. run() is called from one thread (the dispatcher)."""
+    """The parent's handle on the child: one run at a time, submitted, then waited for (run() does both).
+    Used from one thread (a dispatcher); close() may come from another."""
 
     def __init__(
         self,
@@ -187,14 +190,23 @@ class Runner:
         job_timeout: int | None = 1800,
     ):
         private_data_dir.mkdir(parents=True, exist_ok=True)
+        # Left by a version that let ansible-runner write it: it would add an old run's variables to every run.
+        (private_data_dir / "env" / "extravars").unlink(missing_ok=True)
         settings = {"pexpect_timeout": pexpect_timeout, "suppress_ansible_output": True}
         if job_timeout:
             settings["job_timeout"] = job_timeout
+        self.job_timeout = job_timeout
         self._args = (str(private_data_dir), envvars, settings, keep_artifacts)
         self._lock = threading.Lock()
         self._process = None
         self._conn = None
+        self._in_flight = False
         self.pid: int | None = None
+
+    @property
+    def busy(self) -> bool:
+        """A run was submitted and its report not yet taken."""
+        return self._in_flight
 
     def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
@@ -205,21 +217,51 @@ class Runner:
         self._conn = parent
         self.pid = self._process.pid
 
-    def run(self, playbook: str, extravars: dict, cancel: threading.Event | None = None) -> RunReport:
-        """Run a playbook; `cancel` set during the run cancels it (the report then says canceled)."""
+    def submit(self, playbook: str, extravars: dict) -> None:
+        """Start a run and return at once; wait() takes its report."""
         with self._lock:
+            if self._in_flight:
+                raise RuntimeError("a run is already in progress on this runner")
             if self._process is None or not self._process.is_alive():
                 self._start()
             self._conn.send((playbook, extravars))
-            sent_cancel = False
-            while not self._conn.poll(0.05):
-                if not self._process.is_alive():
-                    self._process = None
-                    return RunReport("error", None, 0.0, failures=[{"task": "", "msg": "the runner process died"}])
-                if cancel is not None and cancel.is_set() and not sent_cancel:
-                    self._conn.send(CANCEL)
-                    sent_cancel = True
-            return RunReport(**self._conn.recv())
+            self._in_flight = True
+
+    def wait(self, cancel: threading.Event | None = None, timeout: float | None = None) -> RunReport | None:
+        """The submitted run's report; None if it has not ended within `timeout` seconds. `cancel` set meanwhile
+        cancels the run (the report then says canceled)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        sent_cancel = False
+        while not self._conn.poll(0.05 if timeout is None else max(0.0, min(0.05, deadline - time.monotonic()))):
+            if not self._process.is_alive():
+                return self._died()
+            if cancel is not None and cancel.is_set() and not sent_cancel:
+                self.cancel()
+                sent_cancel = True
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+        try:
+            report = self._conn.recv()
+        except (EOFError, OSError):  # the child ended between the poll and the read
+            return self._died()
+        self._in_flight = False
+        return RunReport(**report)
+
+    def _died(self) -> RunReport:
+        self._process.join(5)
+        self._process, self._in_flight = None, False
+        return RunReport("error", None, 0.0, failures=[{"task": "", "msg": "the runner process died"}])
+
+    def cancel(self) -> None:
+        """Cancel the run in progress (its report then says canceled); nothing if none is."""
+        if self._in_flight:
+            with contextlib.suppress(OSError):
+                self._conn.send(CANCEL)
+
+    def run(self, playbook: str, extravars: dict, cancel: threading.Event | None = None) -> RunReport:
+        """Run a playbook; `cancel` set during the run cancels it (the report then says canceled)."""
+        self.submit(playbook, extravars)
+        return self.wait(cancel)
 
     def close(self, timeout: float = 5.0) -> None:
         with self._lock:
@@ -231,4 +273,4 @@ class Runner:
             if self._process.is_alive():
                 self._process.kill()
                 self._process.join(timeout)
-            self._process = None
+            self._process, self._in_flight = None, False

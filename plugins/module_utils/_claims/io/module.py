@@ -17,12 +17,26 @@ CLAIMS_ARG_SPEC = {
 }
 
 
-def run_claim_step(step) -> None:
-    """Run step(ClaimRun) -> result dict as an Ansible module (statuses written once, at the end; a `diff`
-    with --diff), and exit."""
+# Set by the controller for a standby run; what the action plugin of hostclaim_reconcile reads (the module ignores it).
+STANDBY_ARG_SPEC = {
+    "standby": {
+        "type": "dict",
+        "options": {"socket": {"type": "path", "required": True}, "token": {"type": "str", "required": True}},
+    },
+}
+
+
+def claim_step(step, kube, claims, check_mode: bool, diff: bool) -> dict:
+    """step(ClaimRun) -> result dict, statuses written once at the end (a `diff` with --diff): what a claim-layer
+    module runs, and what the standby run of hostclaim_reconcile runs in its own process."""
+    run = ClaimRun(kube, claims, now(), check_mode, diff=diff)
+    return run.finish(step(run))
+
+
+def run_claim_step(step, extra_spec=None) -> None:
+    """Run a claim step as an Ansible module, and exit."""
 
     def claim_run(module, kube) -> dict:
-        run = ClaimRun(kube, module.params["claims"], now(), module.check_mode, diff=module._diff)
-        return run.finish(step(run))
+        return claim_step(step, kube, module.params["claims"], module.check_mode, module._diff)
 
-    run_module(CLAIMS_ARG_SPEC, claim_run)
+    run_module({**CLAIMS_ARG_SPEC, **(extra_spec or {})}, claim_run)

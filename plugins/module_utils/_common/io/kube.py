@@ -322,6 +322,19 @@ class Kube:
                 self._resources[key] = self._dynamic.resources.get(api_version=api_version, kind=kind)
             return self._resources[key]
 
+    def discover(self, kinds) -> None:
+        """Resolve each (api_version, kind) now (discovery requests, the connection opened), not at first use:
+        what a standby run does before it says it is ready."""
+        for api_version, kind in kinds:
+            try:
+                self._resource(api_version, kind)
+            except ResourceNotFoundError as error:
+                raise KubeError(f"discover {kind} ({api_version}): the API server does not serve it") from error
+            except ApiException as error:
+                raise KubeError(_describe(error, f"discover {kind}", None)) from error
+            except TRANSPORT_ERRORS as error:
+                raise KubeError(_unanswered(error, f"discover {kind}", None)) from error
+
     def list(
         self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None
     ) -> list[dict]:

@@ -38,10 +38,18 @@ def run_module(argument_spec: dict, step, libraries=None, validate=None) -> None
     problem = validate(module.params) if validate else None
     if problem:
         module.fail_json(msg=problem)
-    try:
-        result = step(module, Kube(module.params))
-    except StepFailure as failure:
-        module.fail_json(msg=str(failure), **failure.result)
-    except KubeError as error:
-        module.fail_json(msg=str(error))
+    result = step_result(lambda: step(module, Kube(module.params)))
+    if result.pop("failed", False):
+        module.fail_json(**result)
     module.exit_json(**result)
+
+
+def step_result(step) -> dict:
+    """step() -> result dict, or the failure it saw coming as {"failed": True, "msg": ...}: the one way a
+    module and an action plugin (which runs the same steps in process) turn failures into a task result."""
+    try:
+        return step()
+    except StepFailure as failure:
+        return {"failed": True, "msg": str(failure), **failure.result}
+    except KubeError as error:
+        return {"failed": True, "msg": str(error)}

@@ -1,0 +1,109 @@
+"""Benchmark: the floor F split into its parts on this machine (what a cold run pays before its first API write).
+
+    .venv/bin/python bench/floor_parts.py [--devenv DIR] [--runs 7]
+
+Prints figures, never pass/fail: the median of --runs of each step, and each part as the
+difference of two steps. The playbooks run with the controller's settings (local connection,
+this interpreter). With a devenv (METALCLAIM_DEVENV or --devenv), also the claim layer's own
+start: the `kubernetes` import, the client and its discovery, and a reconcile of no claim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "controller"))
+
+from metalclaim.controller.runs import Runner  # noqa: E402
+
+PLAY = "- hosts: localhost\n  connection: local\n  gather_facts: false\n  tasks:\n"
+PLAYBOOKS = {
+    "empty": PLAY + "    []\n",
+    "debug": PLAY + "    - ansible.builtin.debug:\n        msg: hi\n",
+    "ping": PLAY + "    - ansible.builtin.ping:\n",
+    "reconcile": PLAY
+    + "    - metalclaim.hostclaim.hostclaim_reconcile:\n        claims: [{namespace: floor-none, name: none}]\n",
+}
+
+
+def median_seconds(command: list[str], runs: int, env: dict) -> float:
+    times = []
+    for _run in range(runs):
+        started = time.perf_counter()
+        subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
+    parser.add_argument("--devenv", default=os.environ.get("METALCLAIM_DEVENV"))
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="metalclaim-floor-"))
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections")}
+    if args.devenv:
+        sys.path.insert(0, str(REPO))
+        from metalclaim.devenv.env import Devenv
+
+        env["K8S_AUTH_KUBECONFIG"] = Devenv.load(Path(args.devenv).resolve()).kubeconfig("controller")
+    inventory = f"localhost ansible_connection=local ansible_python_interpreter={sys.executable},"
+    playbook_bin = str(Path(sys.executable).parent / "ansible-playbook")
+    step = {}
+    step["python -c pass"] = median_seconds([sys.executable, "-c", "pass"], args.runs, env)
+    step["import ansible's playbook CLI"] = median_seconds(
+        [sys.executable, "-c", "import ansible.cli.playbook"], args.runs, env
+    )
+    step["import kubernetes (dynamic client)"] = median_seconds(
+        [sys.executable, "-c", "import kubernetes.dynamic, kubernetes.client"], args.runs, env
+    )
+    step["ansible-playbook --version"] = median_seconds([playbook_bin, "--version"], args.runs, env)
+    for name, text in PLAYBOOKS.items():
+        if name == "reconcile" and not args.devenv:
+            continue
+        path = work / f"{name}.yml"
+        path.write_text(text)
+        step[f"ansible-playbook, {name}"] = median_seconds([playbook_bin, "-i", inventory, str(path)], args.runs, env)
+    runner = Runner(work / "runner", {"ANSIBLE_COLLECTIONS_PATH": env["ANSIBLE_COLLECTIONS_PATH"]})
+    runner.run(str(work / "debug.yml"), {})  # the child's own start is not part of F
+    step["F: ansible_runner.run(), debug"] = statistics.median(
+        runner.run(str(work / "debug.yml"), {}).seconds for _run in range(args.runs)
+    )
+    runner.close()
+
+    f = step["F: ansible_runner.run(), debug"]
+    parts = {
+        "interpreter start": step["python -c pass"],
+        "ansible imports": step["import ansible's playbook CLI"] - step["python -c pass"],
+        "CLI start, inventory, playbook parse, teardown": step["ansible-playbook, empty"]
+        - step["import ansible's playbook CLI"],
+        "task start (worker, templating, callbacks)": step["ansible-playbook, debug"] - step["ansible-playbook, empty"],
+        "ansible-runner around the run (pexpect, events, artifacts)": f - step["ansible-playbook, debug"],
+        "module start (AnsiballZ, interpreter), ping vs debug": step["ansible-playbook, ping"]
+        - step["ansible-playbook, debug"],
+    }
+    if "ansible-playbook, reconcile" in step:
+        parts["claim layer: kubernetes import, client, discovery, reads (reconcile vs ping)"] = (
+            step["ansible-playbook, reconcile"] - step["ansible-playbook, ping"]
+        )
+        parts["  of which importing kubernetes"] = step["import kubernetes (dynamic client)"] - step["python -c pass"]
+    width = max(map(len, [*step, *parts]))
+    print(f"steps (median of {args.runs}):")
+    for name, seconds in step.items():
+        print(f"  {name:<{width}} {seconds:6.3f} s  {seconds / f:5.2f} F")
+    print("parts:")
+    for name, seconds in parts.items():
+        print(f"  {name:<{width}} {seconds:6.3f} s  {seconds / f:5.2f} F")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

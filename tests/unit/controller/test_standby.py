@@ -1,0 +1,166 @@
+"""Standby slots: hand-over, fallback, recycling, with runners whose 'runs' are threads speaking the socket protocol."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+from metalclaim.controller.runs import RunReport
+from metalclaim.controller.standby import STANDBY_VAR, Standby
+
+
+class FakeRunner:
+    """A run is a thread acting as reconcile.yml's standby task: connect, greet, read one message, end."""
+
+    def __init__(self, pid: int, *, fails_at_start: bool = False, greeting_token: str | None = None):
+        self.pid = pid
+        self.job_timeout = 1800
+        self.fails_at_start = fails_at_start
+        self.greeting_token = greeting_token
+        self.received: list[dict] = []
+        self.submitted: list[dict] = []
+        self.cancelled = False
+        self._done = threading.Event()
+        self._thread = None
+
+    @property
+    def busy(self) -> bool:
+        return self._thread is not None
+
+    def submit(self, playbook: str, extravars: dict) -> None:
+        assert not self.busy
+        self.submitted.append(extravars)
+        self._done.clear()
+        self._thread = threading.Thread(target=self._run, args=(extravars.get(STANDBY_VAR),), daemon=True)
+        self._thread.start()
+
+    def _run(self, standby: dict | None) -> None:
+        if standby is None or self.fails_at_start:
+            self._done.set()
+            return
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.connect(standby["socket"])
+                token = standby["token"] if self.greeting_token is None else self.greeting_token
+                conn.sendall(json.dumps({"ready": token, "pid": self.pid + 1000}).encode() + b"\n")
+                data = conn.makefile().readline()
+                if data:
+                    self.received.append(json.loads(data))
+        except OSError:  # the slot closed before this run got there or was answered (the real task fails so)
+            pass
+        self._done.set()
+
+    def wait(self, cancel=None, timeout=None):
+        if not self._done.wait(timeout):
+            return None
+        self._thread.join()
+        self._thread = None
+        return RunReport("failed" if self.fails_at_start else "successful", 0, 0.0)
+
+    def run(self, playbook, extravars, cancel=None):
+        self.submit(playbook, extravars)
+        return self.wait()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def logs():
+    return []
+
+
+def slot(tmp_path, logs, runners, **options) -> Standby:
+    return Standby(
+        runners,
+        tmp_path / "slot.sock",
+        "reconcile.yml",
+        log=lambda event, **fields: logs.append((event, fields)),
+        **options,
+    )
+
+
+def test_a_batch_goes_to_the_ready_standby_and_the_other_runner_starts_the_next(tmp_path, logs):
+    a, b = FakeRunner(1), FakeRunner(2)
+    standby = slot(tmp_path, logs, [a, b])
+    claims = [{"namespace": "t", "name": "c1"}]
+    assert standby.hand_over(claims) is a
+    assert a.wait().status == "successful"
+    assert a.received == [{"claims": claims}]
+    assert b.busy and STANDBY_VAR in b.submitted[0], "the next standby started at the hand-over"
+    assert [e for e, _f in logs] == ["standby_ready"]
+    assert logs[0][1]["worker_pid"] == 1001
+    assert standby.hand_over(claims) is b
+    standby.close()
+
+
+def test_a_standby_whose_start_fails_leaves_the_batch_cold_and_backs_off(tmp_path, logs):
+    clock = Clock()
+    a, b = FakeRunner(1, fails_at_start=True), FakeRunner(2, fails_at_start=True)
+    standby = slot(tmp_path, logs, [a, b], clock=clock)
+    assert standby.hand_over([{"namespace": "t", "name": "c1"}]) is None
+    assert [e for e, _f in logs] == ["standby_failed"]
+    cold = standby.free_runner()
+    assert cold.run("reconcile.yml", {"hostclaim_reconcile_claims": []}).status == "failed"
+    started = len(a.submitted) + len(b.submitted)
+    standby.maintain()  # within the backoff: no new standby
+    assert len(a.submitted) + len(b.submitted) == started
+    clock.now += 1.5
+    standby.maintain()
+    assert len(a.submitted) + len(b.submitted) == started + 1
+    standby.close()
+
+
+def test_an_idle_standby_is_recycled_at_its_max_age(tmp_path, logs):
+    clock = Clock()
+    a, b = FakeRunner(1), FakeRunner(2)
+    standby = slot(tmp_path, logs, [a, b], clock=clock, max_age=60)
+    standby.launch()
+    assert a.busy
+    while not any(e == "standby_ready" for e, _f in logs):
+        standby.maintain()
+    clock.now += 61
+    standby.maintain()
+    assert a.wait(timeout=5).status == "successful"
+    assert a.received == [{"recycle": "max-age"}]
+    assert b.busy, "a fresh standby replaced it"
+    standby.close()
+
+
+def test_a_collection_change_recycles_the_standby(tmp_path, logs):
+    clock = Clock()
+    version = ["1"]
+    a, b = FakeRunner(1), FakeRunner(2)
+    standby = slot(tmp_path, logs, [a, b], clock=clock, fingerprint=lambda: version[0], fingerprint_period=5)
+    while not any(e == "standby_ready" for e, _f in logs):
+        standby.maintain()
+    version[0] = "2"
+    clock.now += 6
+    standby.maintain()
+    assert a.wait(timeout=5) is not None
+    assert a.received == [{"recycle": "collection-changed"}]
+    standby.close()
+
+
+def test_a_greeting_with_another_token_is_not_taken_for_the_standby(tmp_path, logs):
+    a, b = FakeRunner(1, greeting_token="stale"), FakeRunner(2)
+    standby = slot(tmp_path, logs, [a, b], ready_timeout=0.5)
+    assert standby.hand_over([{"namespace": "t", "name": "c1"}]) is None
+    assert a.received == [], "the stale connection was closed without a batch"
+    standby.close()
+
+
+def test_max_age_must_stay_below_the_job_timeout(tmp_path, logs):
+    with pytest.raises(ValueError, match="job timeout"):
+        slot(tmp_path, logs, [FakeRunner(1), FakeRunner(2)], max_age=900)
