@@ -1,0 +1,86 @@
+"""docs/ tells the truth: every condition reason and Event a tenant can see is in the tenant guide, the CRD
+reference is what config/crd gives, and the guides' relative links lead somewhere."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, secrets, sync
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+
+from tests.support import REPO_ROOT
+
+DOCS = REPO_ROOT / "docs"
+TENANT_GUIDE = DOCS / "tenant-guide.md"
+
+
+def _documented() -> set[str]:
+    return set(re.findall(r"`([A-Za-z]+)`", TENANT_GUIDE.read_text()))
+
+
+def test_every_claim_condition_reason_is_in_the_tenant_guide():
+    reasons = {binding.ASSOCIATED, binding.NO_HOST, binding.NOT_AUTHORIZED, binding.MISSING_HOST}
+    reasons |= {binding.INVALID_SELECTOR, secrets.SYNCED, secrets.CROSS_NAMESPACE, secrets.COPY_NAME_TAKEN}
+    reasons |= {secrets.sync_failure(role) for role in metal3.DATA_ROLES}
+    reasons |= {sync.IMAGE_CHANGE_REJECTED, sync.REBOOT_NOT_APPLICABLE, sync.AUTHORIZATION_REVOKED}
+    reasons |= {"InfoReported", "IssuesReported", "UnknownReported"}  # Ready (conditions.with_ready)
+    reasons |= {sync.state_reason(state) for state in metal3.STATES}  # Provisioned: every host state
+    missing = sorted(reasons - _documented())
+    assert not missing, f"reasons a tenant can see that docs/tenant-guide.md does not explain: {missing}"
+
+
+def test_the_reason_constants_are_all_accounted_for():
+    """A new reason constant in the claim layer must be added above (and so to the guide)."""
+    known = {"ASSOCIATED", "NO_HOST", "NOT_AUTHORIZED", "MISSING_HOST", "INVALID_SELECTOR", "SYNCED"}
+    known |= {"CROSS_NAMESPACE", "COPY_NAME_TAKEN", "IMAGE_CHANGE_REJECTED", "REBOOT_NOT_APPLICABLE"}
+    known |= {"AUTHORIZATION_REVOKED", "CLAIM_KIND"}  # CLAIM_KIND: the kind HostClaim, not a reason
+    for module in (binding, secrets, sync):
+        tree = ast.parse(Path(module.__file__).read_text())
+        constants = {
+            target.id
+            for node in tree.body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+            and isinstance(node.value.value, str)
+            and re.fullmatch(r"[A-Z][a-z]+(?:[A-Z][a-z]+)+", node.value.value)
+        }
+        assert constants <= known, f"{module.__name__}: {sorted(constants - known)} not checked against the guide"
+
+
+def test_every_event_reason_a_claim_gets_is_in_the_tenant_guide():
+    literal = set()
+    for path in (REPO_ROOT / "plugins" / "module_utils" / "_claims" / "io").glob("*.py"):
+        literal |= set(re.findall(r'run\.event\(\s*claim,\s*"(?:Normal|Warning)",\s*"([A-Za-z]+)"', path.read_text()))
+    assert {"Bound", "Provisioned", "Released", "Releasing"} <= literal
+    missing = sorted(literal - _documented())
+    assert not missing, missing
+
+
+def test_the_crd_reference_is_generated_from_the_crds():
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "hack" / "crd-reference.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_relative_links_in_the_docs_resolve():
+    for page in [REPO_ROOT / "README.md", *DOCS.glob("*.md")]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name}: link to {target}"
+
+
+def test_the_guides_show_the_samples_as_they_are():
+    """Each sample of config/samples (applied by tests/integration/test_samples.py) is a YAML block of a guide."""
+    blocks = []
+    for page in DOCS.glob("*-guide.md"):
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.DOTALL):
+            blocks.append(yaml.safe_load(block))
+    for sample in (REPO_ROOT / "config" / "samples").glob("*.yaml"):
+        if sample.name != "kustomization.yaml":
+            assert yaml.safe_load(sample.read_text()) in blocks, f"{sample.name} is not shown as is in docs/*-guide.md"
