@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 COLLECTIONS := $(CURDIR)/.collections
 DEVENV_DIR ?= .devenv
 HOSTS ?= 4
+# The older ansible-core releases of the supported range (meta/runtime.yml), exact: the .venv has the newest.
+ANSIBLE_MATRIX ?= 2.17.14 2.18.19
 BENCH_DIR ?= .bench-devenv
 BENCH_OUT ?= bench/out
 BENCH_ARGS ?=
@@ -14,11 +16,11 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup demo test unit integration lint build sanity molecule devenv-up devenv-down controlplane clean lock bench
+.PHONY: help setup demo test unit integration lint build sanity matrix molecule devenv-up devenv-down controlplane clean lock bench
 
 help:
 	@echo "make demo   - bring up the local environment, start the controller, play the user guide with kubectl"
-	@echo "make test   - lint, unit and integration tests (builds/reuses the control plane)"
+	@echo "make test   - lint, sanity (and the ansible-core matrix), molecule, unit and integration tests"
 	@echo "make devenv-up / devenv-down - start/stop the environment in $(DEVENV_DIR)"
 	@echo "make bench  - the benchmark beside the one-run-per-event baseline (figures, a JSON file and a PNG in $(BENCH_OUT))"
 
@@ -78,10 +80,15 @@ build: setup
 sanity: build
 	bash hack/sanity.sh
 
+# The collection's unit tests and its ansible-core-dependent sanity tests on each release of ANSIBLE_MATRIX,
+# each in a small virtualenv of its own (.venv-ansible-X, made once): hack/ansible-matrix.sh.
+matrix: build
+	bash hack/ansible-matrix.sh $(ANSIBLE_MATRIX)
+
 molecule: setup controlplane
 	$(VENV)/bin/molecule test
 
-test: lint sanity controlplane molecule
+test: lint sanity matrix controlplane molecule
 	$(PY) -m pytest tests/unit tests/integration
 
 # Figures, never pass/fail, and not part of `make test`: its own devenv, sizes in BENCH_ARGS (see bench/run.py --help).
@@ -94,4 +101,4 @@ lock: setup
 
 clean:
 	-$(PY) -m metalclaim.devenv down --dir $(DEVENV_DIR)
-	rm -rf $(VENV) .collections .ansible build .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-ansible-* .collections .ansible build .pytest_cache .ruff_cache

@@ -167,7 +167,8 @@ def payloads(tmp_path_factory) -> dict[str, list[zipfile.ZipInfo]]:
     )
     found = {}
     for wrapper in (work / "remote").glob("*/AnsiballZ_*.py"):
-        data = re.search(r"zip_data='([A-Za-z0-9+/=]+)'", wrapper.read_text()).group(1)
+        # ansible-core 2.19 passes zip_data='...' to its bootstrap; 2.17 and 2.18 assign ZIPDATA = '...'.
+        data = re.search(r"(?:zip_data=|ZIPDATA = )'([A-Za-z0-9+/=]+)'", wrapper.read_text()).group(1)
         found[wrapper.stem.removeprefix("AnsiballZ_")] = zipfile.ZipFile(io.BytesIO(base64.b64decode(data))).infolist()
     return found
 
