@@ -299,19 +299,44 @@ class Site:
 
 
 class TimingProxy(FaultProxy):
-    """The counting Redfish proxy, also noting per system when power-on was asked (POST ...Reset with On) and
-    when a read first showed it applied (a GET of the system answering PowerState On): the BMC's power delay."""
+    """The counting Redfish proxy, also noting per system when power-on was asked (POST ...Reset with On), when the
+    emulator applies it, and when a read first showed it applied (a GET of the system answering PowerState On).
+
+    sushy-tools' fake driver applies a power change at a random 1-11 s after it is asked (it stores the moment in
+    its state database, `state_db`, and applies it on the first read after it): that moment is read from the
+    database right after the request, so the BMC's own delay is known exactly, and the rest (seen - applied) is
+    the provisioner's polling."""
 
     SYSTEM = re.compile(r"/redfish/v1/Systems/([^/]+)")
 
-    def __init__(self, upstream: str):
+    def __init__(self, upstream: str, state_db: Path | None = None):
         super().__init__(upstream)
+        self.state_db = state_db
         self.power_on_asked: dict[str, float] = {}
+        self.power_on_applied: dict[str, float] = {}
         self.power_on_seen: dict[str, float] = {}
 
     def reset_timing(self) -> None:
         self.power_on_asked.clear()
+        self.power_on_applied.clear()
         self.power_on_seen.clear()
+
+    def _apply_time(self, system: str) -> float | None:
+        """When the emulator will apply the system's pending power change, as time.monotonic(); None if unknown."""
+        if self.state_db is None or not self.state_db.exists():
+            return None
+        import pickle  # the emulator's own state file (memoize.PersistentDict), local and ours
+        import sqlite3
+
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{self.state_db}?mode=ro", uri=True, timeout=5)) as db:
+                row = db.execute("select value from cache where key=?", (pickle.dumps(system),)).fetchone()
+        except sqlite3.Error:
+            return None
+        pending = (pickle.loads(row[0]) if row else {}).get("pending_power") or {}
+        if "apply_time" not in pending:
+            return None
+        return time.monotonic() + pending["apply_time"] - time.time()
 
     def _forward(self, method: str, target: str, headers: dict, body: bytes):
         asked = time.monotonic()
@@ -322,6 +347,9 @@ class TimingProxy(FaultProxy):
             if method == "POST" and target.rstrip("/").endswith("ComputerSystem.Reset") and b"On" in (body or b""):
                 self.power_on_asked[system] = asked
                 self.power_on_seen.pop(system, None)
+                applied = self._apply_time(system)
+                if applied is not None:
+                    self.power_on_applied[system] = max(asked, applied)
             elif method == "GET" and target.rstrip("/").endswith(system) and system not in self.power_on_seen:
                 with contextlib.suppress(ValueError):
                     if json.loads(data).get("PowerState") == "On" and system in self.power_on_asked:
@@ -329,7 +357,19 @@ class TimingProxy(FaultProxy):
         return status, response_headers, data
 
     def power_delays(self) -> dict[str, float]:
-        return {s: self.power_on_seen[s] - t for s, t in self.power_on_asked.items() if s in self.power_on_seen}
+        """System -> the BMC's power-on delay: asked -> applied by the emulator (asked -> first seen On when the
+        emulator's schedule could not be read)."""
+        found = {}
+        for system, asked in self.power_on_asked.items():
+            if system in self.power_on_applied:
+                found[system] = self.power_on_applied[system] - asked
+            elif system in self.power_on_seen:
+                found[system] = self.power_on_seen[system] - asked
+        return found
+
+    def poll_lags(self) -> dict[str, float]:
+        """System -> applied by the emulator -> first read showing On (the provisioner's polling)."""
+        return {s: self.power_on_seen[s] - t for s, t in self.power_on_applied.items() if s in self.power_on_seen}
 
     def requests_per_system(self) -> dict[str, int]:
         per: dict[str, int] = {}

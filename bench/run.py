@@ -467,7 +467,8 @@ class Bench:
         if len(fleet["systems"]) < samples + wave:
             raise RuntimeError(f"the fleet has {len(fleet['systems'])} systems; {samples} + {wave} wanted")
         upstream = fleet["systems"][0]["address"].split("://", 1)[1].split("/", 1)[0]
-        proxy = TimingProxy(f"http://{upstream}")
+        state_db = self.env.directory / "redfish" / "redfish-state" / "fakedriver.sqlite"
+        proxy = TimingProxy(f"http://{upstream}", state_db)
         stack.callback(proxy.close)
         served = tempfile.TemporaryDirectory()
         stack.callback(served.cleanup)
@@ -535,7 +536,7 @@ class Bench:
                 "provision",
                 "idle create->Provisioned minus power delay p50",
                 out["idle"]["minus_power_delay"]["p50"],
-                note=f"power delay p50 {sorted(idle_delays)[len(idle_delays) // 2]:.1f} s",
+                note=f"BMC power delay p50 {sorted(idle_delays)[len(idle_delays) // 2]:.1f} s",
             )
         provisioner.settle(quiet=2.0, timeout=60)
         # The wave.
@@ -573,6 +574,11 @@ class Bench:
             "latency": self.in_f(distribution([done[k] - sent[k] for k in done])),
             "power_delay": distribution(list(delays.values())),
             "power_delay_samples": list(delays.values()),
+            "power_delay_source": "the emulator's schedule (its state database)"
+            if proxy.power_on_applied
+            else "power-on asked -> first read showing On (includes the provisioner's polling)",
+            "poll_lag": distribution(list(proxy.poll_lags().values())),
+            "redfish_requests_not_per_system": proxy.requests_per_system().get("(fleet-wide)", 0),
             "minus_power_delay": distribution(accounted),
             "accounting": "per host: create -> Provisioned minus that host's power delay (from the POST of "
             "ComputerSystem.Reset On to the first GET of the system answering PowerState On, on the wire; "
@@ -602,8 +608,15 @@ class Bench:
                 "provision",
                 "wave: minus each host's power delay (max)",
                 w["minus_power_delay"]["max"],
-                note=f"power delay p50 {w['power_delay'].get('p50', 0):.1f} s, "
+                note=f"BMC power delay p50 {w['power_delay'].get('p50', 0):.1f} s, "
                 f"max {w['power_delay'].get('max', 0):.1f} s",
+            )
+        if w["poll_lag"].get("n"):
+            self.row(
+                "provision",
+                "wave: power applied -> provisioner saw it (max)",
+                w["poll_lag"]["max"],
+                note=f"p50 {w['poll_lag']['p50']:.1f} s (the provisioner's polling, not taken out)",
             )
         if per_host:
             self.row(
@@ -611,7 +624,8 @@ class Bench:
                 "wave: Redfish requests per host",
                 round(w["redfish_requests_per_host"]["mean"], 1),
                 unit="req",
-                note=f"min {min(per_host)}, max {max(per_host)} (on the wire, incl. power polls)",
+                note=f"min {min(per_host)}, max {max(per_host)} per system, incl. power polls; + "
+                f"{w['redfish_requests_not_per_system'] / len(per_host):.1f} to the service root and sessions",
             )
         self.row(
             "provision",
