@@ -15,82 +15,18 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "controller"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from metalclaim.devenv.env import Devenv, infra_namespace_bindings, tenant_namespace_bindings  # noqa: E402
-from metalclaim.runner import run  # noqa: E402
+from common import REPO, api, setup, teardown
 
-METAL3 = "metal3.io/v1alpha1"
-
-
-def api(client, kind, api_version=METAL3):
-    return client.resources.get(api_version=api_version, kind=kind)
-
-
-def setup(admin, hosts: int, claims: int) -> tuple[str, str, str]:
-    """(rack, tenant, kind): `hosts` available hosts labelled infra-kind=<kind>, a policy, `claims` claims."""
-    tag = uuid.uuid4().hex[:6]
-    rack, tenant = f"bench-rack-{tag}", f"bench-tenant-{tag}"
-    for name in (rack, tenant):
-        api(admin, "Namespace", "v1").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    for binding in [*infra_namespace_bindings(rack), *tenant_namespace_bindings(tenant)]:
-        api(admin, "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
-    api(admin, "HostDeployPolicy").create(
-        body={
-            "apiVersion": METAL3,
-            "kind": "HostDeployPolicy",
-            "metadata": {"name": "p", "namespace": rack},
-            "spec": {"hostclaimNamespaces": {"names": [tenant]}},
-        }
-    )
-    bmh = api(admin, "BareMetalHost")
-    for index in range(hosts):
-        bmh.create(
-            body={
-                "apiVersion": METAL3,
-                "kind": "BareMetalHost",
-                "metadata": {"name": f"h{index:04d}", "namespace": rack, "labels": {"infra-kind": tag}},
-                "spec": {"online": False, "bmc": {"address": "redfish+http://127.0.0.1:9/x", "credentialsName": "x"}},
-            }
-        )
-        bmh.status.patch(
-            body={"status": {"provisioning": {"state": "available"}}},
-            name=f"h{index:04d}",
-            namespace=rack,
-            content_type="application/merge-patch+json",
-        )
-    claim = api(admin, "HostClaim")
-    for index in range(claims):
-        claim.create(
-            body={
-                "apiVersion": METAL3,
-                "kind": "HostClaim",
-                "metadata": {"name": f"c{index:04d}", "namespace": tenant},
-                "spec": {"online": False, "hostSelector": {"matchLabels": {"infra-kind": tag}}},
-            }
-        )
-    return rack, tenant, tag
-
-
-def teardown(admin, rack: str, tenant: str) -> None:
-    claims = api(admin, "HostClaim")
-    for item in claims.get(namespace=tenant).items:
-        claims.patch(
-            body={"metadata": {"finalizers": None}},
-            name=item.metadata.name,
-            namespace=tenant,
-            content_type="application/merge-patch+json",
-        )
-    for name in (rack, tenant):
-        api(admin, "Namespace", "v1").delete(name=name)
+from metalclaim.devenv.env import Devenv
+from metalclaim.runner import run
 
 
 def reconcile_run(kubeconfig: str, tenant: str, claims: int) -> tuple[float, dict]:

@@ -23,91 +23,21 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "controller"))
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from metalclaim.devenv.env import Devenv, infra_namespace_bindings  # noqa: E402
-from metalclaim.runner import run  # noqa: E402
-from tests.netfixtures import FaultProxy, FileServer  # noqa: E402
+from common import Site
 
-METAL3 = "metal3.io/v1alpha1"
+from metalclaim.devenv.env import Devenv
+from metalclaim.runner import run
+from tests.netfixtures import FaultProxy, FileServer
+
 # The emulator answers at once: short Redfish timeouts, and backoff short enough for a benchmark.
 OPTIONS = {"backoff_base": 1, "backoff_cap": 4, "redfish_timeout": 5, "redfish_retries": 1, "wait": 180}
-
-
-def api(client, kind, api_version=METAL3):
-    return client.resources.get(api_version=api_version, kind=kind)
-
-
-class Site:
-    """An infrastructure namespace with `size` hosts on the fleet, their BMCs behind one counting proxy."""
-
-    def __init__(self, admin, fleet: dict, size: int, proxy: FaultProxy):
-        self.admin = admin
-        self.namespace = f"bench-prov-{uuid.uuid4().hex[:6]}"
-        self.names = [f"h{index:02d}" for index in range(size)]
-        api(admin, "Namespace", "v1").create(
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
-        )
-        for binding in infra_namespace_bindings(self.namespace):  # the provisioner side reads BMC Secrets here
-            api(admin, "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
-        password = Path(fleet["password_file"]).read_text().strip()
-        for name, system in zip(self.names, fleet["systems"], strict=False):
-            api(admin, "Secret", "v1").create(
-                body={
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {"name": f"{name}-bmc", "namespace": self.namespace},
-                    "stringData": {"username": fleet["username"], "password": password},
-                }
-            )
-            api(admin, "BareMetalHost").create(
-                body={
-                    "apiVersion": METAL3,
-                    "kind": "BareMetalHost",
-                    "metadata": {"name": name, "namespace": self.namespace},
-                    "spec": {
-                        "online": False,
-                        "bootMACAddress": system["boot_mac"],
-                        "automatedCleaningMode": "disabled",
-                        "bmc": {"address": proxy.address_for(system["address"]), "credentialsName": f"{name}-bmc"},
-                    },
-                }
-            )
-
-    def patch_hosts(self, spec: dict) -> None:
-        for name in self.names:
-            api(self.admin, "BareMetalHost").patch(
-                body={"spec": spec},
-                name=name,
-                namespace=self.namespace,
-                content_type="application/merge-patch+json",
-            )
-
-    def states(self) -> dict:
-        counts: dict = {}
-        for host in api(self.admin, "BareMetalHost").get(namespace=self.namespace).items:
-            state = ((host.status or {}).get("provisioning") or {}).get("state") or "-"
-            counts[state] = counts.get(state, 0) + 1
-        return counts
-
-    def teardown(self) -> None:
-        hosts = api(self.admin, "BareMetalHost")
-        for host in hosts.get(namespace=self.namespace).items:
-            hosts.patch(
-                body={"metadata": {"finalizers": None}},
-                name=host.metadata.name,
-                namespace=self.namespace,
-                content_type="application/merge-patch+json",
-            )
-        api(self.admin, "Namespace", "v1").delete(name=self.namespace)
 
 
 def provision(kubeconfig: str, namespace: str) -> tuple[float, dict]:
