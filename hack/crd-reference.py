@@ -8,6 +8,7 @@ hack/crd-reference.py --check    # exit 1 when the file is not what the CRDs giv
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def _type(schema: dict) -> str:
     if "enum" in schema:
         extra.append("one of " + ", ".join(f"`{value}`" for value in schema["enum"]))
     if "default" in schema:
-        extra.append(f"default `{yaml.safe_dump(schema['default'], default_flow_style=True).strip()}`")
+        extra.append(f"default `{json.dumps(schema['default'])}`")
     return kind + (f" ({'; '.join(extra)})" if extra else "")
 
 
