@@ -278,9 +278,7 @@ def _stop(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="metalclaim-mediaserver", description=__doc__.split("\n", maxsplit=1)[0]
-    )
+    parser = argparse.ArgumentParser(prog="metalclaim-mediaserver", description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument(
         "--dir",
         required=True,

@@ -21,7 +21,10 @@ CLAIMS_ARG_SPEC = {
 STANDBY_ARG_SPEC = {
     "standby": {
         "type": "dict",
-        "options": {"socket": {"type": "path", "required": True}, "token": {"type": "str", "required": True}},
+        "options": {
+            "socket": {"type": "path", "required": True},
+            "token": {"type": "str", "required": True, "no_log": True},
+        },
     },
 }
 
