@@ -98,8 +98,11 @@ def namespace(admin, name: str, labels: dict | None = None) -> None:
     )
 
 
-def delete_namespaces(admin, names: list[str], kinds: tuple = ("HostClaim", "BareMetalHost"), wait: float = 0) -> None:
-    """Finalizers of the bench's claims and hosts dropped, then the namespaces deleted (`wait` s for them to go)."""
+def delete_namespaces(
+    admin, names: list[str], kinds: tuple = ("HostClaim", "BareMetalHost"), wait: float = 180
+) -> None:
+    """Finalizers of the bench's claims and hosts dropped, then the namespaces deleted; waits up to `wait` s for them
+    to go (a claim side started next serves every claim namespace: it must not find the last scenario's claims)."""
     for name in names:
         for kind in kinds:
             resource = api(admin, kind)
@@ -158,6 +161,7 @@ class Rack:
             }
         )
         self.hosts = 0
+        self.torn_down = False
         self.add_hosts(hosts, threads)
 
     def add_hosts(self, count: int, threads: int = 8) -> None:
@@ -195,8 +199,10 @@ class Rack:
             "spec": {"online": False, "hostSelector": {"matchLabels": {"infra-kind": self.tag}}, **(spec or {})},
         }
 
-    def teardown(self, wait: float = 0) -> None:
-        delete_namespaces(self.admin, [*self.tenants, self.namespace], wait=wait)
+    def teardown(self, wait: float = 180) -> None:
+        if not self.torn_down:
+            self.torn_down = True
+            delete_namespaces(self.admin, [*self.tenants, self.namespace], wait=wait)
 
 
 def setup(admin, hosts: int, claims: int) -> tuple[str, str, str]:
@@ -210,7 +216,7 @@ def setup(admin, hosts: int, claims: int) -> tuple[str, str, str]:
 
 
 def teardown(admin, rack: str, tenant: str) -> None:
-    delete_namespaces(admin, [tenant, rack])
+    delete_namespaces(admin, [tenant, rack], wait=0)
 
 
 def double_bindings(admin, rack: str) -> dict:

@@ -779,7 +779,8 @@ class Bench:
             "runs from own writes",
             f"{quiet_runs:.0f} in quiet tail",
             unit="",
-            note=f"key-runs beyond changes {out['key_runs_beyond_changes']:.0f}",
+            note=f"key-runs beyond changes+retries {out['key_runs_beyond_changes']:.0f} "
+            f"({again.get('wait', 0):.0f} waits: keys an event may wake)",
         )
 
     # -- the whole run -----------------------------------------------------------------------------
@@ -998,7 +999,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-gap", type=float, default=None, help="seconds of quiet between idle claims (1.5 F)")
     p.add_argument("--storm-claims", type=int, default=1000)
     p.add_argument("--storm-namespaces", type=int, default=10)
-    p.add_argument("--baseline-claims", type=int, default=100, help="the per-event storm's size (extrapolated)")
+    p.add_argument("--baseline-claims", type=int, default=50, help="the per-event storm's size (extrapolated)")
     p.add_argument("--resync-period", type=float, default=20.0, help="the resync scenario controller's period")
     p.add_argument("--resync-probes", type=int, default=20, help="new claims, one at a time, during resyncs")
     p.add_argument("--provision-samples", type=int, default=5, help="idle create -> Provisioned samples")
