@@ -589,6 +589,9 @@ class Bench:
                 k: v / max(1, len(wave_systems)) for k, v in proxy.requests_by_kind().items()
             },
             "provisioned_over_time": sorted(t - first for t in done.values()),
+            "minus_power_delay_over_time": sorted(
+                done[k] - first - delays.get(host_of.get(k), 0.0) for k in done if host_of.get(k) in delays
+            ),
             "provisioner_runs": provisioner.runs() - prov_runs,
             "provisioner_runs_failed": sum(1 for e in events if e.get("status") != "successful"),
             "provisioner_batch_sizes": [e.get("count") for e in events],
@@ -942,10 +945,9 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
     if wave.get("provisioned_over_time"):
         ordered = wave["provisioned_over_time"]
         ax.plot(ordered, range(1, len(ordered) + 1), label="Provisioned")
-    ecdf_ax = ax.twinx()
-    delays = sorted(wave.get("power_delay_samples") or [])
-    if delays:
-        ecdf_ax.hist(delays, bins=12, alpha=0.3, color="grey", label="power delay (s)")
+    if wave.get("minus_power_delay_over_time"):
+        ordered = wave["minus_power_delay_over_time"]
+        ax.plot(ordered, range(1, len(ordered) + 1), "--", label="each host minus its BMC power delay")
     ax.set(title="provision wave: hosts Provisioned over time", xlabel="seconds since the first create", ylabel="hosts")
     _legend(ax, loc="lower right")
 
