@@ -69,6 +69,7 @@ def sync_bound(run, parts: tuple[str, ...]) -> dict:
         pairs,
         lambda claim, host: _sync_one(run, claim, host, parts, policies, labels),
         reread_bound(run),
+        run.each,
     )
     problems = sorted({p for r in outcome["claims"] for p in r.get("metadata_copy_problems", [])})
     if problems:

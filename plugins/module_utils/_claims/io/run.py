@@ -11,13 +11,15 @@ make (or would make, in check mode) from the objects they hold: a diff costs no 
 from __future__ import annotations
 
 import copy
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import status_patch
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import WRITERS, ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.diff import (
     changed_fields,
     entry,
@@ -32,19 +34,23 @@ class Snapshot:
     def __init__(self, kube):
         self._kube = kube
         self._lists: dict = {}  # (api_version, kind, namespace, label_selector) -> {(namespace, name): object}
+        self._lock = threading.RLock()  # the steps of several claims may run at once (ClaimRun.each)
         self.reads = 0  # list calls that went to the server
 
     def list(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None):
         key = (api_version, kind, namespace, label_selector)
-        if key not in self._lists:
-            self.reads += 1
-            objects = self._kube.list(api_version, kind, namespace, label_selector=label_selector)
-            self._lists[key] = {binding.key(obj): obj for obj in objects}
-        return [copy.deepcopy(obj) for obj in self._lists[key].values()]
+        with self._lock:
+            if key not in self._lists:
+                self.reads += 1
+                objects = self._kube.list(api_version, kind, namespace, label_selector=label_selector)
+                self._lists[key] = {binding.key(obj): obj for obj in objects}
+            objects = list(self._lists[key].values())
+        return [copy.deepcopy(obj) for obj in objects]
 
     def relist(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None):
-        self._lists.pop((api_version, kind, namespace, label_selector), None)
-        return self.list(api_version, kind, namespace, label_selector)
+        with self._lock:
+            self._lists.pop((api_version, kind, namespace, label_selector), None)
+            return self.list(api_version, kind, namespace, label_selector)
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None):
         return self._kube.get(api_version, kind, name, namespace)
@@ -60,22 +66,24 @@ class Snapshot:
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, uid: str = "") -> bool:
         deleted = self._kube.delete(api_version, kind, name, namespace, uid=uid)
-        for (list_api, list_kind, list_ns, _selector), objects in self._lists.items():
-            if (list_api, list_kind) == (api_version, kind) and list_ns in (None, namespace):
-                objects.pop((namespace or "", name), None)
+        with self._lock:
+            for (list_api, list_kind, list_ns, _selector), objects in self._lists.items():
+                if (list_api, list_kind) == (api_version, kind) and list_ns in (None, namespace):
+                    objects.pop((namespace or "", name), None)
         return deleted
 
     def _remember(self, written: dict) -> dict:
         api_version, kind = written.get("apiVersion"), written.get("kind")
         namespace = (written.get("metadata") or {}).get("namespace")
-        for list_key in list(self._lists):
-            list_api, list_kind, list_ns, selector = list_key
-            if (list_api, list_kind) != (api_version, kind) or list_ns not in (None, namespace):
-                continue
-            if selector:
-                del self._lists[list_key]  # whether it still matches is the server's call: read again if asked
-            else:
-                self._lists[list_key][binding.key(written)] = written
+        with self._lock:
+            for list_key in list(self._lists):
+                list_api, list_kind, list_ns, selector = list_key
+                if (list_api, list_kind) != (api_version, kind) or list_ns not in (None, namespace):
+                    continue
+                if selector:
+                    del self._lists[list_key]  # whether it still matches is the server's call: read again if asked
+                else:
+                    self._lists[list_key][binding.key(written)] = written
         return copy.deepcopy(written)
 
 
@@ -88,7 +96,9 @@ class ClaimRun:
         self.check_mode = check_mode
         # Ansible diff entries (see record()), or None when the module was not asked for a diff.
         self.diff: list[dict] | None = [] if diff else None
-        self.book = StatusBook(self.kube, timestamp, check_mode, on_write=self.record_status if diff else None)
+        self.book = StatusBook(
+            self.kube, timestamp, check_mode, on_write=self.record_status if diff else None, each=self.each
+        )
         # Compared exactly, never by time: see _claims/pure/status.py locked_by_another.
         self.token = uuid.uuid4().hex
         self.first_seen: dict[tuple[str, str], dict] = {}  # claims as this run first listed them
@@ -104,6 +114,14 @@ class ClaimRun:
         for claim in claims:
             self.first_seen.setdefault(binding.key(claim), claim)
         return claims
+
+    def each(self, function, items: list) -> list:
+        """[function(item) for item in items], WRITERS at a time: each item is one claim's writes, independent of
+        the others'. In order, one at a time, in check and diff mode (a diff lists its entries in claim order)."""
+        if len(items) < 2 or self.check_mode or self.diff is not None:
+            return [function(item) for item in items]
+        with ThreadPoolExecutor(max_workers=min(WRITERS, len(items)), thread_name_prefix="claim") as pool:
+            return list(pool.map(function, items))
 
     def secret(self, namespace: str, name: str) -> dict | None:
         """A tenant Secret, read at most once per run however many claims and roles name it."""
@@ -199,31 +217,31 @@ def namespace_labels(kube) -> dict:
     return {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")}
 
 
-def step_each(pairs: list[tuple[dict, object]], step, refresh=None) -> dict:
+def step_each(pairs: list[tuple[dict, object]], step, refresh=None, each=None) -> dict:
     """Run step(claim, what it needs) -> result for each pair; a conflict on one claim does not stop the others.
+    each(function, items): how the pairs are gone through (ClaimRun.each: several at once).
 
     On a conflict, refresh(claim, what) may read both again (None: nothing left to do) for one
     more try: steps are idempotent, and the object most often changed under us because a
     concurrent run wrote what we were about to write.
     """
-    results = []
-    for claim, needed in pairs:
+
+    def one(pair) -> dict:
+        claim, needed = pair
         try:
-            results.append(step(claim, needed))
-            continue
+            return step(claim, needed)
         except ConflictError as error:
             conflict = error
         fresh = refresh(claim, needed) if refresh else None
         if fresh is not None:
             try:
-                results.append(step(*fresh))
-                continue
+                return step(*fresh)
             except ConflictError as error:
                 conflict = error
         namespace, name = binding.key(claim)
-        results.append(
-            {"namespace": namespace, "name": name, "state": "conflict", "message": str(conflict), "changed": False}
-        )
+        return {"namespace": namespace, "name": name, "state": "conflict", "message": str(conflict), "changed": False}
+
+    results = (each or (lambda function, items: [function(item) for item in items]))(one, pairs)
     return {"changed": any(r["changed"] for r in results), "claims": results}
 
 

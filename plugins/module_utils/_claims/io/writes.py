@@ -10,6 +10,7 @@ update per run and no transient Ready.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
@@ -45,13 +46,16 @@ class _Entry:
 class StatusBook:
     """Each claim's status for one run: noted by the steps, written once by flush()."""
 
-    def __init__(self, kube, timestamp: str, check_mode: bool, on_write=None):
+    def __init__(self, kube, timestamp: str, check_mode: bool, on_write=None, each=None):
         self._kube = kube
         self._timestamp = timestamp
         self._check_mode = check_mode
         # on_write(claim before, desired status): told of each status write made (or, in check mode, due).
         self._on_write = on_write
+        # each(function, items): how flush() goes through the claims (ClaimRun.each: several at once).
+        self._each = each or (lambda function, items: [function(item) for item in items])
         self._entries: dict[tuple[str, str], _Entry] = {}
+        self._lock = threading.Lock()  # the entries and the count, for steps running claims at once
         self.writes = 0  # status writes this run made (or would make, in check mode)
 
     def wrote(self, claim: dict) -> None:
@@ -114,20 +118,26 @@ class StatusBook:
 
     def flush(self, only: tuple[str, str] | None = None) -> dict:
         """Write every noted claim's status that differs (or only one claim's); {key: changed | "conflict"}."""
-        outcome = {}
-        for key in [only] if only else sorted(self._entries):
-            entry = self._entries[key]
-            if entry.written:
-                continue
-            entry.written = True
-            before, desired = entry.claim, self.desired(key)
-            outcome[key] = self._write(key, entry)
-            self.writes += outcome[key] is True
-            if outcome[key] is True and self._on_write:
+        with self._lock:
+            keys = [only] if only else sorted(self._entries)
+            due = [key for key in keys if not self._entries[key].written]
+            for key in due:
+                self._entries[key].written = True
+        written = self._each(self._flush_one, due) if not only else [self._flush_one(key) for key in due]
+        return {key: written[index] for index, key in enumerate(due)}
+
+    def _flush_one(self, key: tuple[str, str]):
+        entry = self._entries[key]
+        before, desired = entry.claim, self.desired(key)
+        outcome = self._write(key, entry)
+        if outcome is True:
+            with self._lock:
+                self.writes += 1
+            if self._on_write:
                 self._on_write(before, desired)
-            if outcome[key] != "conflict":
-                for then in entry.on_commit:
-                    then()
+        if outcome != "conflict":
+            for then in entry.on_commit:
+                then()
         return outcome
 
     def _write(self, key: tuple[str, str], entry: _Entry):
@@ -186,9 +196,10 @@ class StatusBook:
 
     def _entry(self, claim: dict) -> _Entry:
         key = binding.key(claim)
-        if key not in self._entries:
-            self._entries[key] = _Entry(claim=claim)
-        return self._entries[key]
+        with self._lock:
+            if key not in self._entries:
+                self._entries[key] = _Entry(claim=claim)
+            return self._entries[key]
 
 
 def lock_for_binding(kube, claim: dict, token: str, check_mode: bool) -> dict:

@@ -27,6 +27,10 @@ except ImportError:  # reported by the module through missing_required_lib
     TRANSPORT_ERRORS = ()
 
 
+# Requests a run may have in flight at once (a claim's writes beside other claims'): the connection pool keeps
+# as many connections, so none is opened and thrown away per request.
+WRITERS = 8
+
 # The connection options of kubernetes.core (its module_utils/args_common.py AUTH_ARG_SPEC, 6.x),
 # with the same types, aliases and no_log, plus our request_timeout. Kept in step with
 # plugins/doc_fragments/k8s_auth.py; tests/unit/test_kube_auth.py compares both with kubernetes.core.
@@ -283,6 +287,7 @@ class _RepeatedHeader(str):
 def _api_client(params: dict):
     """kubernetes.core's client construction, same options, K8S_AUTH_* variables and precedence."""
     configuration = client_configuration(auth_settings(params))
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, WRITERS)
     api_client = kube_client.ApiClient(configuration)
     for header, value in impersonation(params).items():
         for item in value if isinstance(value, list) else [value]:
