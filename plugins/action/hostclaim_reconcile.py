@@ -1,14 +1,15 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""hostclaim_reconcile's action plugin: the standby run.
+"""hostclaim_reconcile's action plugin: the standby run, and the controller's runs in process.
 
 A cold run pays for an interpreter, Ansible's imports, the playbook, a module process and the
 `kubernetes` import before its first API request (about twice the floor F of a one-task
 playbook). Given `standby` by the controller, this plugin pays all of that ahead: it imports the
 claim layer, builds the client and resolves the kinds it uses, then tells the controller's socket
 it is ready and waits there for one batch, which it reconciles here, in the playbook's worker
-process, with the module's own code. Without `standby` (reconcile.yml run by hand) the module
-runs as usual.
+process, with the module's own code. Given `in_process` (the controller's cold runs, whose
+localhost interpreter is ansible-playbook's own), it reconciles its `claims` here too, without a
+module process. Without either (reconcile.yml run by hand) the module runs as usual.
 
 The protocol is one JSON line each way: {"ready": token, "pid": n} from here; then
 {"claims": [{namespace, name}, ...]} or {"recycle": reason} (or the socket closed) from the controller.
@@ -21,6 +22,7 @@ import os
 import socket
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.module import (
     CLAIMS_ARG_SPEC,
@@ -57,28 +59,34 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        if not args.get("standby"):
+        if not args.get("standby") and not boolean(args.get("in_process", False), strict=False):
             args.pop("standby", None)
+            args.pop("in_process", None)
             return self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
         validated = ArgumentSpecValidator({**CLAIMS_ARG_SPEC, **STANDBY_ARG_SPEC, **AUTH_ARG_SPEC}).validate(args)
         if validated.error_messages:
             return {**result, "failed": True, "msg": "; ".join(validated.error_messages)}
         if KUBERNETES_IMPORT_ERROR:
-            return {**result, "failed": True, "msg": "the kubernetes Python package is required for a standby run"}
+            return {**result, "failed": True, "msg": "the kubernetes Python package is required to run in process"}
         params = validated.validated_parameters
-        try:
-            kube = Kube(params)
-            kube.discover(KINDS)
-        except KubeError as error:
-            return {**result, "failed": True, "msg": str(error)}
         standby = params["standby"]
         try:
-            batch = _wait_for_batch(standby["socket"], standby["token"])
-        except (OSError, ValueError) as error:
-            return {**result, "failed": True, "msg": f"standby: the controller's socket {standby['socket']}: {error}"}
-        if "claims" not in batch:
-            return {**result, "skipped": True, "changed": False, "msg": f"standby recycled: {batch.get('recycle')}"}
-        claims = [{"namespace": c["namespace"], "name": c["name"]} for c in batch["claims"]]
+            kube = Kube(params)
+            if standby:
+                kube.discover(KINDS)
+        except KubeError as error:
+            return {**result, "failed": True, "msg": str(error)}
+        claims = params["claims"]
+        if standby:
+            try:
+                batch = _wait_for_batch(standby["socket"], standby["token"])
+            except (OSError, ValueError) as error:
+                message = f"standby: the controller's socket {standby['socket']}: {error}"
+                return {**result, "failed": True, "msg": message}
+            if "claims" not in batch:
+                message = f"standby recycled: {batch.get('recycle')}"
+                return {**result, "skipped": True, "changed": False, "msg": message}
+            claims = [{"namespace": c["namespace"], "name": c["name"]} for c in batch["claims"]]
         return {
             **result,
             **step_result(

@@ -24,6 +24,13 @@ description:
 author:
   - metalclaim maintainers (@metalclaim)
 options:
+  in_process:
+    description:
+      - Set by the controller, not by hand. The task's action plugin reconciles O(claims) in the playbook's own
+        process, with the same code as this module, instead of starting a module process. Only right where
+        localhost's Python is ansible-playbook's own (the controller's runs); the module itself ignores it.
+    type: bool
+    default: false
   standby:
     description:
       - Set by the controller (C(--standby)), not by hand. The task's action plugin builds the Kubernetes client

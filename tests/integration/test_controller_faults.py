@@ -62,10 +62,22 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _is_module(pid: int, module: str) -> bool:
-    """The module's own interpreter (not the shell that starts it, nor the chmod before)."""
-    argv = _cmdline(pid).split()
-    return len(argv) >= 2 and "python" in Path(argv[0]).name and argv[1].endswith(f"/AnsiballZ_{module}.py")
+def _in_claim_step(pid: int) -> bool:
+    """A playbook worker (an ansible-playbook forked by ansible-playbook) talking to the API server: the run is
+    inside hostclaim_reconcile, which the controller's runs execute in the worker's own process (in_process)."""
+    stat = _stat(pid)
+    if stat is None or "ansible-playbook" not in _cmdline(pid) or "ansible-playbook" not in _cmdline(int(stat[1])):
+        return False
+    try:
+        sockets = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        table = (
+            Path(f"/proc/{pid}/net/tcp").read_text().splitlines()[1:]
+            + (Path(f"/proc/{pid}/net/tcp6").read_text().splitlines()[1:])
+        )
+    except OSError:
+        return False
+    established = {f"socket:[{line.split()[9]}]" for line in table if line.split()[3] == "01"}
+    return bool(sockets & established)
 
 
 def _alive(pid: int, started: str) -> bool:
@@ -131,15 +143,15 @@ def _rack_of(rack: Rack, hosts: int, claims: int) -> tuple[list[str], list[str]]
     return host_names, claim_names
 
 
-def _run_tree_mid_module(controller: ControllerProcess, module: str) -> list[int]:
-    """Wait until the controller's run is inside `module` (runner child -> ansible-playbook -> worker -> module);
-    returns the run's processes."""
+def _run_tree_mid_claim_step(controller: ControllerProcess) -> list[int]:
+    """Wait until the controller's run is inside hostclaim_reconcile (runner child -> ansible-playbook -> worker,
+    talking to the API server); returns the run's processes."""
 
-    def module_running() -> list[int]:
+    def step_running() -> list[int]:
         tree = _descendants(controller.process.pid)
-        return tree if any(_is_module(pid, module) for pid in tree) else []
+        return tree if any(_in_claim_step(pid) for pid in tree) else []
 
-    return eventually(module_running, timeout=60, interval=0.02, message=f"{module} running")
+    return eventually(step_running, timeout=60, interval=0.02, message="hostclaim_reconcile running")
 
 
 class _Tree:
@@ -160,18 +172,18 @@ class _Tree:
 
 
 def test_sigkill_in_the_middle_of_a_batch_then_restart_converges(devenv, rack, tmp_path):
-    """30 claims race for 10 hosts; the controller is SIGKILLed while its first run's module runs. Its runner
+    """30 claims race for 10 hosts; the controller is SIGKILLed while its first run's claim step runs. Its runner
     process and the playbook must not outlive it (they would write beside the next controller); a restarted
     controller converges: 10 claims hold one host each, 20 wait with NoBareMetalHost, no host bound twice."""
     hosts, claims = _rack_of(rack, hosts=10, claims=30)
     first = ControllerProcess(devenv, tmp_path / "first", *claim_side(rack))
     try:
-        tree = _Tree(_run_tree_mid_module(first, "hostclaim_reconcile"))
+        tree = _Tree(_run_tree_mid_claim_step(first))
         first.process.send_signal(signal.SIGKILL)
         first.process.wait(10)
         killed = time.monotonic()
         _converge(tree.left, 20, "the killed controller's run ended", lambda: "")
-        print(f"\nSIGKILL mid-module: its run's processes gone {time.monotonic() - killed:.2f} s later", end="")
+        print(f"\nSIGKILL mid-step: its run's processes gone {time.monotonic() - killed:.2f} s later", end="")
         bound = sum(1 for h in hosts if rack.read_host(h)["spec"].get("consumerRef"))
         print(
             f"; {bound}/10 hosts bound, {sum(1 for c in claims if _conditions(rack.read_claim(c)))}/30 claims with"
@@ -191,18 +203,18 @@ def test_sigkill_in_the_middle_of_a_batch_then_restart_converges(devenv, rack, t
 def test_a_run_cancelled_by_sigterm_leaves_nothing_writing(devenv, rack, tmp_path):
     """SIGTERM with a grace period shorter than the run: the run is cancelled and the controller exits; by then
     every process of the run has ended (ansible-runner alone kills ansible-playbook's process group, and the
-    worker running the module, in a session of its own, would go on binding hosts after the exit - after the
+    worker running the claim step, in a session of its own, would go on binding hosts after the exit - after the
     Lease is released, beside the next leader)."""
     hosts, _claims = _rack_of(rack, hosts=10, claims=30)
     controller = ControllerProcess(devenv, tmp_path, *claim_side(rack), "--grace-period", "0.2")
     try:
-        tree = _Tree(_run_tree_mid_module(controller, "hostclaim_reconcile"))
+        tree = _Tree(_run_tree_mid_claim_step(controller))
         controller.process.send_signal(signal.SIGTERM)
         assert controller.process.wait(30) == 0
         bound_at_exit = [rack.read_host(h)["spec"].get("consumerRef") for h in hosts]
         _converge(tree.left, 10, "the cancelled run's processes ended", controller.output)
         assert '"reason": "canceled"' in controller.output()
-        # Nothing wrote after the exit (an orphaned module goes on binding hosts for a second or two).
+        # Nothing wrote after the exit (an orphaned worker goes on binding hosts for a second or two).
         assert [rack.read_host(h)["spec"].get("consumerRef") for h in hosts] == bound_at_exit
     finally:
         controller.stop()

@@ -28,6 +28,7 @@ from .standby import Standby
 from .workqueue import LIVE, RESYNC, WorkQueue
 
 COLLECTION = "metalclaim.hostclaim"
+IN_PROCESS = "hostclaim_reconcile_in_process"
 LOG = logging.getLogger("metalclaim.controller")
 
 
@@ -157,7 +158,8 @@ class Controller:
     def _extravars(self, group: str, keys: list) -> tuple[str, dict]:
         refs = [{"namespace": namespace, "name": name} for _kind, namespace, name in keys]
         if group == mapper.CLAIM:
-            return collection.playbook("reconcile"), {"hostclaim_reconcile_claims": refs}
+            # The runs' localhost interpreter is ansible-playbook's own: no module process is needed.
+            return collection.playbook("reconcile"), {"hostclaim_reconcile_claims": refs, IN_PROCESS: True}
         extravars = {"hostclaim_provision_hosts": refs}
         for option in ("deploy_iso_url", "media_dir", "media_url"):
             if getattr(self.settings, option):
@@ -328,6 +330,7 @@ class Controller:
                     self.runners[2 * slot : 2 * slot + 2],
                     self._standby_dir / f"slot-{slot}.sock",
                     collection.playbook("reconcile"),
+                    extravars={IN_PROCESS: True},
                     max_age=settings.standby_max_age,
                     fingerprint=collection.fingerprint,
                     log=lambda event, slot=slot, **fields: log(event, slot=slot, **fields),

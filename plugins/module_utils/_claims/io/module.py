@@ -17,8 +17,9 @@ CLAIMS_ARG_SPEC = {
 }
 
 
-# Set by the controller for a standby run; what the action plugin of hostclaim_reconcile reads (the module ignores it).
+# Set by the controller; what the action plugin of hostclaim_reconcile reads (the module ignores them).
 STANDBY_ARG_SPEC = {
+    "in_process": {"type": "bool", "default": False},
     "standby": {
         "type": "dict",
         "options": {
