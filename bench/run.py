@@ -177,13 +177,24 @@ class Bench:
         return done == len(keys)
 
     def one_at_a_time(
-        self, label: str, controller: Controller, bodies: list[dict], condition: str, gap: float, timeout: float = 120
+        self,
+        label: str,
+        controller: Controller,
+        bodies: list[dict],
+        condition: str,
+        gap: float,
+        timeout: float = 120,
+        quiet=None,
     ) -> list[float]:
-        """Create each claim into a quiet system and wait for the condition; then for its run to end, and `gap`."""
+        """Create each claim into a quiet system and wait for the condition; then for its run to end, and `gap`.
+        quiet(): also true before each create (with standby runs: one is ready, as in a system left alone)."""
         latencies = []
         self.progress.start(label, len(bodies))
         for index, body in enumerate(bodies):
             key = (body["metadata"]["namespace"], body["metadata"]["name"])
+            deadline = time.monotonic() + 60
+            while quiet is not None and not quiet() and time.monotonic() < deadline:
+                time.sleep(0.05)
             runs = controller.runs()
             sent = self.create_claims([body], threads=1)[key]
             if not self.watch.wait(lambda w, key=key: key in w.seen[condition], timeout):
@@ -223,8 +234,9 @@ class Bench:
         controller.settle(quiet=1.0)
         gap = self.args.idle_gap if self.args.idle_gap is not None else max(1.0, 1.5 * (self.floor or 1.0))
         bodies = [rack.claim_body(rack.tenants[0], f"idle-{index:03d}") for index in range(n)]
+        ready = (lambda: controller.metric("metalclaim_standby_ready") >= 1) if standby else None
         latencies = self.one_at_a_time(
-            f"idle ({name}) create -> Association=True", controller, bodies, "Association", gap
+            f"idle ({name}) create -> Association=True", controller, bodies, "Association", gap, quiet=ready
         )
         figures = self.in_f(distribution(latencies))
         figures["samples"] = latencies
