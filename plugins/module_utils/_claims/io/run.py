@@ -15,7 +15,7 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook, in_order
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import status_patch
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
@@ -119,7 +119,7 @@ class ClaimRun:
         """[function(item) for item in items], WRITERS at a time: each item is one claim's writes, independent of
         the others'. In order, one at a time, in check and diff mode (a diff lists its entries in claim order)."""
         if len(items) < 2 or self.check_mode or self.diff is not None:
-            return [function(item) for item in items]
+            return in_order(function, items)
         with ThreadPoolExecutor(max_workers=min(WRITERS, len(items)), thread_name_prefix="claim") as pool:
             return list(pool.map(function, items))
 
@@ -241,7 +241,7 @@ def step_each(pairs: list[tuple[dict, object]], step, refresh=None, each=None) -
         namespace, name = binding.key(claim)
         return {"namespace": namespace, "name": name, "state": "conflict", "message": str(conflict), "changed": False}
 
-    results = (each or (lambda function, items: [function(item) for item in items]))(one, pairs)
+    results = (each or in_order)(one, pairs)
     return {"changed": any(r["changed"] for r in results), "claims": results}
 
 

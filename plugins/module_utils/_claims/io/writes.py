@@ -43,6 +43,11 @@ class _Entry:
     decided_on: object = None
 
 
+def in_order(function, items: list) -> list:
+    """[function(item) for item in items]: the way to go through claims one at a time."""
+    return [function(item) for item in items]
+
+
 class StatusBook:
     """Each claim's status for one run: noted by the steps, written once by flush()."""
 
@@ -53,7 +58,7 @@ class StatusBook:
         # on_write(claim before, desired status): told of each status write made (or, in check mode, due).
         self._on_write = on_write
         # each(function, items): how flush() goes through the claims (ClaimRun.each: several at once).
-        self._each = each or (lambda function, items: [function(item) for item in items])
+        self._each = each or in_order
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._lock = threading.Lock()  # the entries and the count, for steps running claims at once
         self.writes = 0  # status writes this run made (or would make, in check mode)
