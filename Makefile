@@ -86,7 +86,7 @@ matrix: build
 	bash hack/ansible-matrix.sh $(ANSIBLE_MATRIX)
 
 molecule: setup controlplane
-	$(VENV)/bin/molecule test
+	$(VENV)/bin/molecule test --all  # molecule/*: default (the install role), hostclaim_hosts, _policy, _reconcile
 
 test: lint sanity matrix controlplane molecule
 	$(PY) -m pytest tests/unit tests/integration
