@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.support import REPO_ROOT, run_playbook
@@ -30,3 +32,61 @@ def test_infra_team_cannot_install_crds(devenv, tmp_path):
     results = run_playbook(tmp_path, PLAYBOOK, devenv.kubeconfig("infra"))
     assert results[-1]["failed"] is True
     assert "forbidden" in str(results[-1]).lower()
+
+
+def _crd(devenv, name: str) -> dict:
+    return json.loads(devenv.kubectl("admin", "get", "crd", name, "-o", "json", "--show-managed-fields").stdout)
+
+
+def _applied_crds(results: list[dict]) -> list[str]:
+    return [i["item"] for r in results for i in r.get("results", []) if r["task"].startswith("Apply the CRDs")]
+
+
+def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
+    # The BareMetalHost CRD as Metal3's baremetal-operator installs it: no metalclaim label, never applied
+    # by the install role's field manager (managedFields cleared), a marker of its own.
+    bmh = "baremetalhosts.metal3.io"
+    marker = "controller-gen.kubebuilder.io/version"
+    patch = {"metadata": {"labels": {"app.kubernetes.io/name": None}, "annotations": {marker: "v0.16.5"}}}
+    devenv.kubectl("admin", "patch", "crd", bmh, "--type=merge", "-p", json.dumps(patch))
+    devenv.kubectl("admin", "patch", "crd", bmh, "--type=merge", "-p", '{"metadata": {"managedFields": [{}]}}')
+    try:
+        before = _crd(devenv, bmh)
+        assert "metalclaim-install" not in [f.get("manager") for f in before["metadata"].get("managedFields", [])]
+        results = run_playbook(tmp_path / "default", PLAYBOOK, devenv.kubeconfig("admin"))
+        assert not any(r["failed"] for r in results), results
+        after = _crd(devenv, bmh)
+        # Not written by the role (the API server's own status writes may bump its resourceVersion).
+        assert "metalclaim-install" not in [f.get("manager") for f in after["metadata"].get("managedFields", [])]
+        assert after["metadata"]["annotations"][marker] == "v0.16.5" and after["spec"] == before["spec"]
+        assert "app.kubernetes.io/name" not in after["metadata"].get("labels", {})
+        assert _applied_crds(results) == [
+            "metal3.io_hostclaims.yaml",
+            "metal3.io_hostdeploypolicies.yaml",
+            "metal3.io_hardwaredata.yaml",  # metalclaim's own: still applied
+        ]
+        [notice] = [
+            i
+            for r in results
+            for i in r.get("results", [])
+            if r["task"].startswith("Leave the CRDs") and not i.get("skipped")
+        ]
+        assert bmh in notice["msg"] and "hostclaim_install_metal3_crds_take_over=true" in notice["msg"]
+
+        told = run_playbook(
+            tmp_path / "take-over",
+            PLAYBOOK,
+            devenv.kubeconfig("admin"),
+            {"hostclaim_install_metal3_crds_take_over": True},
+        )
+        assert not any(r["failed"] for r in told), told
+        assert "metal3.io_baremetalhosts.yaml" in _applied_crds(told)
+        assert _crd(devenv, bmh)["metadata"]["labels"]["app.kubernetes.io/name"] == "metalclaim"
+    finally:
+        devenv.kubectl("admin", "annotate", "crd", bmh, f"{marker}-")
+        run_playbook(
+            tmp_path / "restore",
+            PLAYBOOK,
+            devenv.kubeconfig("admin"),
+            {"hostclaim_install_metal3_crds_take_over": True},
+        )
