@@ -35,7 +35,12 @@ class Site:
         self.claims: list[str] = []
         self.results: list[dict] = []  # every module result, to grep for leaks
         self.api("Namespace", "v1").create(
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+            body={
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                # opted in to metalclaim's provisioner (an unmarked namespace's hosts are left alone)
+                "metadata": {"name": self.namespace, "labels": {"metalclaim.io/provisioner": "metalclaim"}},
+            }
         )
         devenv.apply("admin", infra_namespace_bindings(self.namespace))  # the controller's sides' Secret rights
         self.api("HostDeployPolicy").create(

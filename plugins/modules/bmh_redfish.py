@@ -38,8 +38,12 @@ description:
     O(backoff_cap)). C(baremetalhost.metal3.io/paused) stops all actions on a host,
     C(baremetalhost.metal3.io/detached) all BMC actions. At most O(max_concurrent) hosts provision
     or deprovision at once; others wait with C(operationalStatus: delayed)."
-  - "Hosts annotated, or in a namespace labelled, C(metalclaim.io/provisioner) with a value other
-    than C(metalclaim) are left to that provisioner (for example Metal3's baremetal-operator)."
+  - "Only hosts that opt in are driven: annotated C(metalclaim.io/provisioner: metalclaim), or not
+    annotated and in a namespace labelled C(metalclaim.io/provisioner=metalclaim). Another value on
+    the host or its namespace leaves it to that provisioner (for example Metal3's baremetal-operator),
+    and a host marked neither way is left untouched (beside a baremetal-operator it is the operator's),
+    unless it already holds this provisioner's finalizer C(metalclaim.io/provisioner) (it finishes
+    what it started)."
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:

@@ -132,6 +132,27 @@ def test_paused_and_foreign_hosts_are_not_touched(site):
     assert site.state("paused") == "" and site.state("metal3s") == ""
 
 
+def test_only_hosts_that_opt_in_are_provisioned(site):
+    """Safe beside Metal3: a host in a namespace marked neither way is left alone; opted in, it is ours."""
+    namespaces = site.api("Namespace", "v1")
+
+    def mark(value):
+        body = {"metadata": {"labels": {"metalclaim.io/provisioner": value}}}
+        namespaces.patch(body=body, name=site.namespace, content_type="application/merge-patch+json")
+
+    mark(None)  # the site's namespace no longer opts in
+    site.host("unmarked", 0)
+    result = site.provision(wait=2)
+    assert result["hosts"] == [] and result["redfish_requests"] == 0
+    host = site.read("unmarked")
+    assert site.state("unmarked") == "" and not host["metadata"].get("finalizers")
+    mark("metalclaim")
+    result = site.provision(wait=4)
+    assert {h["name"] for h in result["hosts"]} == {"unmarked"} and result["redfish_requests"] > 0
+    assert site.state("unmarked") in ("registering", "inspecting", "available")
+    assert site.read("unmarked")["metadata"]["finalizers"] == ["metalclaim.io/provisioner"]
+
+
 # -- the claim layer and the provisioner together ----------------------------------------
 
 

@@ -157,7 +157,8 @@ class Devenv:
 def tenancy_objects() -> list[dict]:
     """Namespaces and the bindings that give each devenv identity its rights."""
     objects: list[dict] = [
-        namespace(INFRA_NAMESPACE, {"metalclaim.io/role": "infrastructure"}),
+        # Opted in to metalclaim's provisioner (bmh_redfish takes only hosts that opt in, by host or namespace).
+        namespace(INFRA_NAMESPACE, {"metalclaim.io/role": "infrastructure", "metalclaim.io/provisioner": "metalclaim"}),
         role_binding("infra", INFRA_NAMESPACE, "metalclaim-infra", "infra"),
         *infra_namespace_bindings(INFRA_NAMESPACE),
         cluster_role_binding("metalclaim-controller", CLAIMS_USER),

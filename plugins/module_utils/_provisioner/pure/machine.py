@@ -51,8 +51,9 @@ PROVISIONING_ERROR = "provisioning error"
 POWER_ERROR = "power management error"
 
 INSPECT_ANNOTATION = "inspect.metal3.io"
-# Who provisions this host: absent or "metalclaim" is us; anything else (say "metal3")
-# leaves it to that provisioner. Also read as a label on the host's Namespace.
+# Who provisions this host: "metalclaim" is us; anything else (say "metal3") leaves it to that provisioner.
+# Read on the host (annotation), then on its Namespace (label). Opt-in: a host marked neither way is not ours
+# (beside Metal3's baremetal-operator, unmarked hosts are its), unless it carries our FINALIZER already.
 PROVISIONER_ANNOTATION = "metalclaim.io/provisioner"
 OURS = "metalclaim"
 FINALIZER = "metalclaim.io/provisioner"
@@ -152,11 +153,19 @@ def operation(host: dict) -> dict:
 
 
 def is_ours(host: dict, namespace_labels: dict) -> bool:
-    """Whether this provisioner drives the host (Metal3's BMO may own it instead)."""
+    """Whether this provisioner drives the host (Metal3's BMO may own it instead).
+
+    Only hosts that opt in: annotated `metalclaim.io/provisioner: metalclaim`, or not annotated and in a Namespace
+    labelled so. Another value on either says whose the host is. A host marked neither way is ours only if it holds
+    our finalizer (we took it before, so we finish what we started); otherwise it is left untouched.
+    """
     annotation = annotations_of(host).get(PROVISIONER_ANNOTATION)
     if annotation is not None:
         return annotation == OURS
-    return namespace_labels.get(PROVISIONER_ANNOTATION, OURS) == OURS
+    label = namespace_labels.get(PROVISIONER_ANNOTATION)
+    if label is not None:
+        return label == OURS
+    return FINALIZER in (host.get("metadata", {}).get("finalizers") or [])
 
 
 def parse_time(timestamp: str) -> datetime.datetime:

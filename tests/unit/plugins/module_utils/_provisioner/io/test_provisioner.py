@@ -295,7 +295,14 @@ def _bmh(name: str, system: int, annotations: dict | None = None, **spec) -> dic
 
 
 def _rack(kube: FakeKube, *hosts: dict) -> None:
-    kube.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rack"}})
+    # The namespace opts in to this provisioner (machine.is_ours).
+    kube.add(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "rack", "labels": {machine.PROVISIONER_ANNOTATION: machine.OURS}},
+        }
+    )
     for host in hosts:
         kube.add(_secret(f"{host['metadata']['name']}-bmc"))
         kube.add(host)

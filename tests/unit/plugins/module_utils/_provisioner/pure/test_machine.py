@@ -309,7 +309,21 @@ def test_paused_detached_and_other_provisioners_hosts_are_left_alone():
     assert not m.is_ours(host(annotations={m.PROVISIONER_ANNOTATION: "metal3"}), {})
     assert not m.is_ours(host(), {m.PROVISIONER_ANNOTATION: "metal3"})
     assert m.is_ours(host(annotations={m.PROVISIONER_ANNOTATION: "metalclaim"}), {m.PROVISIONER_ANNOTATION: "metal3"})
-    assert m.is_ours(host(), {})
+    assert not m.is_ours(
+        host(annotations={m.PROVISIONER_ANNOTATION: "metal3"}), {m.PROVISIONER_ANNOTATION: "metalclaim"}
+    )
+
+
+def test_only_hosts_that_opt_in_are_ours():
+    ours = {m.PROVISIONER_ANNOTATION: m.OURS}
+    assert m.is_ours(host(), ours)  # the namespace opts in
+    assert m.is_ours(host(annotations=ours), {})  # the host does
+    assert not m.is_ours(host(), {})  # neither: Metal3's BMO may be driving it
+    assert not m.is_ours(host(), {"metalclaim.io/role": "infrastructure"})
+    held = host(m.PROVISIONED)
+    held["metadata"]["finalizers"] = [m.FINALIZER]
+    assert m.is_ours(held, {})  # unmarked, but ours since before: finished, not abandoned
+    assert not m.is_ours(held, {m.PROVISIONER_ANNOTATION: "metal3"})
 
 
 def _variants():
