@@ -258,6 +258,10 @@ def test_required_printer_columns():
     assert hc["Host"] == ".status.hardwareData.name"
     assert hc["Ready"] == '.status.conditions[?(@.type=="Ready")].status'
     assert hc["Reason"] == '.status.conditions[?(@.type=="Ready")].reason'
+    assert hc["State"] == '.status.conditions[?(@.type=="Provisioned")].reason'  # the host's provisioning state
+    hdp = columns("HostDeployPolicy")
+    assert "Ready" not in hdp  # nothing writes a policy's status: no column may pretend it does
+    assert hdp["Names"] == ".spec.hostclaimNamespaces.names"
     bmh = columns("BareMetalHost")
     assert bmh["State"] == ".status.provisioning.state"
     assert bmh["Consumer"] == ".spec.consumerRef.name"
