@@ -31,9 +31,14 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 REPO = Path(__file__).resolve().parents[1]
-for _path in (REPO, REPO / "controller"):
+for _path in (REPO, REPO / "controller", REPO / ".collections"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (  # noqa: E402
+    OURS,
+    PROVISIONER_ANNOTATION,
+)
 
 from metalclaim.devenv.env import infra_namespace_bindings, tenant_namespace_bindings  # noqa: E402
 from tests.netfixtures import FaultProxy  # noqa: E402
@@ -255,7 +260,7 @@ class Site:
         self.admin = admin
         self.namespace = f"bench-prov-{uuid.uuid4().hex[:6]}"
         self.names = [f"h{index:02d}" for index in range(size)]
-        namespace(admin, self.namespace)
+        namespace(admin, self.namespace, {PROVISIONER_ANNOTATION: OURS})  # the provisioner drives opted-in hosts
         for binding in infra_namespace_bindings(self.namespace):  # the provisioner side reads BMC Secrets here
             api(admin, "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
         password = Path(fleet["password_file"]).read_text().strip()
