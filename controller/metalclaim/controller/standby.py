@@ -110,10 +110,6 @@ class Standby:
 
     def maintain(self) -> None:
         """While idle: notice a ready or failed standby, recycle a stale one, start one if none."""
-        for runner in list(self._draining):
-            report = runner.wait(timeout=0)
-            if report is not None:
-                self._draining.discard(runner)
         starting = self._pending is not None and self._conn is None and not self._wait_ready(0)
         if starting and self._pending is not None and self._clock() - self._started_at > self.ready_timeout:
             self._pending.cancel()  # stuck in its start: give up on it
@@ -127,6 +123,9 @@ class Standby:
 
     def launch(self) -> None:
         """Start a standby run on a free runner, unless one is pending or a failed start is backing off."""
+        for runner in list(self._draining):  # a recycled run that has ended frees its runner
+            if runner.wait(timeout=0) is not None:
+                self._draining.discard(runner)
         if self._pending is not None or self._clock() < self._retry_at:
             return
         runner = next((r for r in self.runners if not r.busy), None)
