@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import collection
 from .cgroup import cpu_limit, slots_for
+from .runs import JOB_TIMEOUT
 from .scope import SIDES, Scope, parse_shard, parse_sides
 
 ENV_PREFIX = "METALCLAIM_"
@@ -138,8 +139,8 @@ def main(argv=None) -> int:
         parser().error(f"--runner-slots {args.runner_slots}: 0 (from the CPU limit) or more")
     if args.mode == "per-event" and args.standby:
         parser().error("--standby works in batch mode only (per-event is the baseline without it)")
-    if args.standby_max_age <= 0:
-        parser().error(f"--standby-max-age {args.standby_max_age}: a positive number of seconds")
+    if not 0 < args.standby_max_age < JOB_TIMEOUT / 2:
+        parser().error(f"--standby-max-age {args.standby_max_age}: seconds, below half a run's limit ({JOB_TIMEOUT} s)")
     batching = {
         "batch_quiet": args.batch_quiet,
         "batch_max_wait": args.batch_max_wait,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CANCEL = "cancel"
+JOB_TIMEOUT = 1800  # seconds a run may take at most (ansible-runner's job_timeout)
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
 
@@ -187,7 +188,7 @@ class Runner:
         *,
         keep_artifacts: int = 20,
         pexpect_timeout: float = 0.05,
-        job_timeout: int | None = 1800,
+        job_timeout: int | None = JOB_TIMEOUT,
     ):
         private_data_dir.mkdir(parents=True, exist_ok=True)
         # Left by a version that let ansible-runner write it: it would add an old run's variables to every run.

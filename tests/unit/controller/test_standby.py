@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from metalclaim.controller.__main__ import main as controller_main
 from metalclaim.controller.runs import RunReport
 from metalclaim.controller.standby import STANDBY_VAR, Standby
 
@@ -190,3 +191,13 @@ def test_a_recycled_runner_serves_again_without_an_idle_pass(tmp_path, logs):
     assert len(a.submitted) + len(b.submitted) == 3, "the recycled runner's end was noticed at the hand-over"
     handed.wait()
     standby.close()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--standby-max-age", "1000"], ["--standby-max-age", "0"], ["--mode", "per-event", "--standby", "true"]],
+)
+def test_standby_flags_out_of_range_are_refused_before_anything_starts(argv, capsys):
+    with pytest.raises(SystemExit):
+        controller_main(argv)
+    assert "--standby" in capsys.readouterr().err
