@@ -247,6 +247,26 @@ def test_only_the_lease_holder_runs_and_a_follower_takes_over(devenv, rack, tmp_
         second.stop()
 
 
+def test_labelling_the_infra_namespace_hands_its_hosts_to_the_running_provisioner(devenv, site, tmp_path):
+    """The opt-in is a namespace label: set after the provisioner started, it takes the hosts up without a resync."""
+    namespaces = site.api("Namespace", "v1")
+    opt_out = {"metadata": {"labels": {"metalclaim.io/provisioner": None}}}
+    namespaces.patch(name=site.namespace, body=opt_out, content_type="application/merge-patch+json")
+    site.host("h0", 0)
+    provisioner = provisioner_side(devenv, tmp_path / "provisioner", site.namespace)
+    try:
+        host_key = f"host/{site.namespace}/h0"
+        eventually(lambda: runs_of(provisioner, host_key) >= 1, timeout=REACTION, message=provisioner.output())
+        assert not site.read("h0").get("status"), "an unmarked namespace's host is left alone"
+        opt_in = {"metadata": {"labels": {"metalclaim.io/provisioner": "metalclaim"}}}
+        namespaces.patch(name=site.namespace, body=opt_in, content_type="application/merge-patch+json")
+        labelled = time.monotonic()
+        eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{provisioner.output()}")
+        print(f"\nnamespace labelled -> host available in {time.monotonic() - labelled:.1f} s", end="")
+    finally:
+        provisioner.stop()
+
+
 def test_the_guides_lifecycle_driven_only_by_api_changes(devenv, site, files, tmp_path):
     """Register, claim, provision a live ISO, deprovision, delete: the tenant and the infra team only write objects."""
     iso_url = files.add("live.iso", b"live iso for the controller\n" * 64)

@@ -78,6 +78,10 @@ class Controller:
         }
         claims = self.stores["HostClaim"]
         claims.add_index("namespace", lambda c: [c["metadata"]["namespace"]])
+        self.stores["BareMetalHost"].add_index("namespace", lambda h: [h["metadata"]["namespace"]])
+        # The provisioner side's view of namespaces (their opt-in label), apart from the claim side's, which
+        # a namespace selector may narrow to tenant namespaces.
+        self.infra_namespaces = Store()
         claims.add_index("secret", mapper.secret_refs)
         claims.add_index(
             "unbound", lambda c: [] if mapper.is_bound(c) or c["metadata"].get("deletionTimestamp") else [1]
@@ -134,6 +138,10 @@ class Controller:
         name = (new or old)["metadata"]["name"]
         claims = self.stores["HostClaim"].by_index("namespace", name)
         self._enqueue("Namespace", mapper.namespace_changed(old, new, claims), initial)
+
+    def _on_infra_namespace(self, old, new, initial=False) -> None:
+        hosts = self.stores["BareMetalHost"].by_index("namespace", (new or old)["metadata"]["name"])
+        self._enqueue("Namespace", mapper.infra_namespace_changed(old, new, hosts), initial)
 
     def _on_secret(self, old, new, initial=False) -> None:
         meta = (new or old)["metadata"]
@@ -266,14 +274,17 @@ class Controller:
         threads = [*self.reflectors, *list(self.secret_reflectors.values()), *self._dispatchers]
         return (bool(self._dispatchers) and all(t.is_alive() for t in threads)) or self.stop.is_set()
 
-    def _reflector(self, api_version: str, kind: str, on_change, namespace=None, **options) -> Reflector:
-        """A reflector feeding the kind's store; the caller keeps it (self.reflectors: part of readiness)."""
+    def _reflector(
+        self, api_version: str, kind: str, on_change, namespace=None, store: Store | None = None, **options
+    ) -> Reflector:
+        """A reflector feeding the kind's store (or the one given); the caller keeps it (self.reflectors: part of
+        readiness)."""
         return Reflector(
             self.api_client,
             api_version=api_version,
             kind=kind,
             namespace=namespace,
-            store=self.stores[kind],
+            store=self.stores[kind] if store is None else store,
             on_change=on_change,
             stop=self.stop,
             on_restart=lambda reason, kind=kind: self.metrics.watch_restarts.labels(kind, reason).inc(),
@@ -298,6 +309,10 @@ class Controller:
         settings, sides = self.settings, self.settings.scope.sides
         infra = settings.infra_namespaces or (None,)
         self.reflectors = [self._reflector(API_VERSION, "BareMetalHost", self._on_host, ns) for ns in infra]
+        if PROVISIONER in sides:
+            self.reflectors.append(
+                self._reflector("v1", "Namespace", self._on_infra_namespace, store=self.infra_namespaces)
+            )
         if CLAIMS in sides:
             self.reflectors += [
                 self._reflector(API_VERSION, "HostClaim", self._on_claim),

@@ -21,11 +21,13 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     PAUSED_ANNOTATION,
     REBOOT_ANNOTATION,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (
+    PROVISIONER_ANNOTATION,  # who provisions a host (ours, or Metal3's BMO): a host annotation or namespace label
+)
 
 CLAIM = "claim"
 HOST = "host"
 INSPECT_ANNOTATION = "inspect.metal3.io"
-PROVISIONER_ANNOTATION = "metalclaim.io/provisioner"  # who provisions a host (ours, or Metal3's BMO)
 # Host annotations the provisioner acts on (the ones it writes itself are left out).
 _HOST_REQUESTS = (PAUSED_ANNOTATION, DETACHED_ANNOTATION, INSPECT_ANNOTATION, PROVISIONER_ANNOTATION)
 
@@ -164,6 +166,14 @@ def namespace_changed(old: dict | None, new: dict | None, claims_in_namespace: l
     if _meta(old).get("labels") == _meta(new).get("labels") and bool(old) == bool(new):
         return Keys(dropped=True)
     return Keys(sorted(key_of(CLAIM, claim) for claim in claims_in_namespace))
+
+
+def infra_namespace_changed(old: dict | None, new: dict | None, hosts_in_namespace: list[dict]) -> Keys:
+    """A namespace's provisioner label opts its hosts in or out: the provisioner side takes each host up again."""
+    label = PROVISIONER_ANNOTATION
+    if (_meta(old).get("labels") or {}).get(label) == (_meta(new).get("labels") or {}).get(label):
+        return Keys(dropped=True)
+    return Keys(sorted(key_of(HOST, host) for host in hosts_in_namespace))
 
 
 def secret_changed(old: dict | None, new: dict | None, referencing_claims: list[dict]) -> Keys:

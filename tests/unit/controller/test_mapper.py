@@ -85,3 +85,15 @@ def test_policy_namespace_and_secret_changes():
 
 def test_secret_refs_default_to_the_claims_namespace():
     assert mapper.secret_refs(CLAIM_OBJ) == [("tenant-a", "ud"), ("other", "md")]
+
+
+def test_the_provisioner_label_of_an_infra_namespace_concerns_its_hosts():
+    hosts = [HOST_OBJ]
+    namespace = {"metadata": {"name": "infra", "labels": {"team": "a"}}}
+    opted_in = changed(namespace, metadata__labels={"team": "a", "metalclaim.io/provisioner": "metalclaim"})
+    assert mapper.infra_namespace_changed(namespace, opted_in, hosts).keys == [(HOST, "infra", "h1")]
+    assert mapper.infra_namespace_changed(opted_in, namespace, hosts).keys == [(HOST, "infra", "h1")]
+    assert mapper.infra_namespace_changed(None, opted_in, hosts).keys == [(HOST, "infra", "h1")]
+    # Other labels are the claim side's business (policies), not the provisioner's.
+    assert mapper.infra_namespace_changed(namespace, changed(namespace, metadata__labels={"team": "b"}), hosts).dropped
+    assert mapper.infra_namespace_changed(namespace, copy.deepcopy(namespace), hosts).dropped
