@@ -1,10 +1,12 @@
-"""The controller run from its built artifacts, installed as the Containerfile installs them, not from this checkout.
+"""The controller and the media server run from their built artifacts, installed as the Containerfile installs
+them, not from this checkout.
 
 No container base image can be pulled here, so the image itself is not built: the test builds the collection
 tarball and the controller wheel into its tmp_path, installs both with hack/install-controller.sh (the script the
 Containerfile runs) into a fresh virtualenv and collections path, and runs that install's `metalclaim-controller`
 from a directory outside the checkout, with nothing of the checkout on its paths, against the devenv as the
 controller identity (claim side). A claim binds, and the runs' playbook and tasks come from the installed collection.
+The media server, started both ways the README shows, serves a published file and stops cleanly on SIGTERM.
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
 
 from tests.controllerproc import ControllerProcess, associated, claim_side
 from tests.support import REPO_ROOT, eventually
@@ -30,6 +35,7 @@ BIN = Path(sys.executable).parent  # this checkout's virtualenv: builds only, ne
 REQUIREMENTS = REPO_ROOT / "requirements"
 COLLECTION = Path("ansible_collections") / "metalclaim" / "hostclaim"
 # Where hack/install-kubernetes-core.py keeps the ansible wheel; the runtime wheels go beside it.
+PROBE = b"metalclaim media probe\n" * 64
 WHEEL_CACHE = Path(os.environ.get("METALCLAIM_CACHE", Path.home() / ".cache" / "metalclaim")) / "wheels"
 
 
@@ -95,6 +101,30 @@ def _outside_the_checkout_env(collections: Path) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "ANSIBLE_COLLECTIONS_PATH": str(collections),
     }
+
+
+def _serves_published_media(command: list, directory: Path, env: dict, cwd: Path) -> None:
+    """Start the installed media server on a free loopback port, fetch a file published in its directory
+    (the layout the collection's media.py writes), and stop it with SIGTERM as a supervisor would."""
+    token = media.publish(str(directory), "probe.iso", PROBE)[0]
+    process = subprocess.Popen(
+        [str(a) for a in (*command, "--dir", directory, "--port", "0")],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), f"{command}: {process.stderr.read()}"
+        with urllib.request.urlopen(f"{url}/media/{token}/probe.iso", timeout=10) as response:
+            assert (response.status, response.read()) == (200, PROBE)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        stderr = process.communicate(timeout=10)[1]
+    assert process.returncode == 0, stderr
+    assert '"event": "stopped"' in stderr, stderr
 
 
 def test_the_controller_installed_from_its_wheel_and_tarball_binds_a_claim(devenv, rack, tmp_path):
@@ -171,6 +201,15 @@ def test_the_controller_installed_from_its_wheel_and_tarball_binds_a_claim(deven
         assert rack.read_host("h1")["spec"]["consumerRef"]["name"] == "c1"
     finally:
         controller.stop()
+
+    # The media server the README documents, both ways, from the installed wheel.
+    commands = {
+        "entry-point": [venv / "bin" / "metalclaim-mediaserver"],
+        "module": [venv / "bin" / "python", "-m", "metalclaim.mediaserver"],
+    }
+    for name, command in commands.items():
+        _serves_published_media(command, tmp_path / "media" / name, env, workdir)
+    lap("media server from the wheel (entry point and -m)")
 
     # ansible-runner's artifacts: the playbook each run started and where its tasks came from.
     artifacts = list((tmp_path / "controller" / "runner" / "artifacts").iterdir())
