@@ -16,14 +16,15 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ("metal3.io_hostclaims.yaml", "metal3.io_hostdeploypolicies.yaml", "metal3.io_baremetalhosts.yaml")
-CRDS += ("metal3.io_hardwaredata.yaml",)
+CRDS += ("metal3.io_hardwaredata.yaml", "tenancy.metalclaim.io_tenants.yaml")
 OUTPUT = ROOT / "docs" / "crd-reference.md"
 HEADER = """# CRD reference
 
 Generated from `config/crd/` by `hack/crd-reference.py` (do not edit by hand; `tests/unit/test_docs.py` fails
-when this file and the CRDs disagree). All four kinds are `metal3.io/v1alpha1`. `HostClaim` and
+when this file and the CRDs disagree). The first four kinds are `metal3.io/v1alpha1`: `HostClaim` and
 `HostDeployPolicy` are this project's; `BareMetalHost` and `HardwareData` follow Metal3's baremetal-operator
-(on a cluster that already runs Metal3, its own CRDs are used: see the operator guide).
+(on a cluster that already runs Metal3, its own CRDs are used: see the operator guide). `Tenant`
+(`tenancy.metalclaim.io/v1alpha1`, cluster-scoped) is the infrastructure team's onboarding object.
 
 Field types: `[]` marks a list (its items' fields follow as `field[].x`), `{}` a map of free keys.
 """

@@ -269,10 +269,11 @@ def test_required_printer_columns():
     assert bmh["Error"] == ".status.errorType"
 
 
-def test_kustomization_lists_the_four_crds():
+def test_kustomization_lists_the_crds():
     kustomization = yaml.safe_load((CRD_DIR / "kustomization.yaml").read_text())
     assert kustomization["kind"] == "Kustomization"
-    assert sorted(kustomization["resources"]) == sorted(CRD_FILES.values())
+    # The four metal3.io kinds, and the Tenant (tenancy.metalclaim.io, tests/unit/.../_tenancy).
+    assert sorted(kustomization["resources"]) == sorted([*CRD_FILES.values(), "tenancy.metalclaim.io_tenants.yaml"])
 
 
 # --------------------------------------------------------------------------- schema details

@@ -1,0 +1,303 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""tenant_reconcile: bring Tenants' objects to what their specs ask. The I/O edge over _tenancy.pure.tenant.
+
+One list per kind for the whole batch (Tenants, Namespaces, the tenant-labelled RoleBindings and
+ResourceQuotas, HostDeployPolicies, BareMetalHosts); each Tenant is checked in full before anything of
+its is written (a refused spec writes nothing but its status); then only what differs is written, and
+the status once, only when it changed. A settled run writes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
+    AlreadyExistsError,
+    ConflictError,
+    KubeError,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    TENANT_LABEL,
+    reserved_for,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import tenant as plan
+
+
+class Snapshot:
+    """What the batch's Tenants need to see, listed once: object_key -> object."""
+
+    def __init__(self, kube):
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        for item in kube.list("v1", "Namespace"):
+            self._add("v1", "Namespace", item)
+        for item in kube.list(plan.RBAC_VERSION, "RoleBinding", label_selector=TENANT_LABEL):
+            self._add(plan.RBAC_VERSION, "RoleBinding", item)
+        for item in kube.list("v1", "ResourceQuota", label_selector=TENANT_LABEL):
+            self._add("v1", "ResourceQuota", item)
+        for item in kube.list(metal3.API_VERSION, "HostDeployPolicy"):
+            self._add(metal3.API_VERSION, "HostDeployPolicy", item)
+        self.hosts = {}
+        for item in kube.list(metal3.API_VERSION, "BareMetalHost"):
+            self._add(metal3.API_VERSION, "BareMetalHost", item)
+            meta = item["metadata"]
+            self.hosts[(meta["namespace"], meta["name"])] = item
+
+    def _add(self, api_version: str, kind: str, item: dict) -> None:
+        item.setdefault("apiVersion", api_version)
+        item.setdefault("kind", kind)
+        self.objects[plan.object_key(item)] = item
+
+    def namespaces(self) -> set[str]:
+        return {name for kind, _ns, name in self.objects if kind == "Namespace"}
+
+    def owned_by(self, tenant: str) -> list[dict]:
+        """Every object labelled as the tenant's (hosts excepted: a reservation is an annotation)."""
+        return [o for k, o in self.objects.items() if k[0] != "BareMetalHost" and plan.owner(o) == tenant]
+
+
+class TenantRun:
+    def __init__(self, kube, check_mode: bool, required_prefix: str, claim_side_subjects: list[dict]):
+        self.kube = kube
+        self.check_mode = check_mode
+        self.required_prefix = required_prefix or ""
+        self.claim_side_subjects = claim_side_subjects or []
+        self.timestamp = cond.now()
+
+
+def reconcile_tenants(run: TenantRun, names: list[str] | None) -> dict:
+    tenants = run.kube.list(plan.API_VERSION, plan.KIND)
+    wanted = [t for t in tenants if names is None or plan.name(t) in names]
+    found = {plan.name(t) for t in wanted}
+    gone = [n for n in names or [] if n not in found]
+    results = [{"name": n, "state": "absent", "changed": False, "requeue": False} for n in gone]
+    snapshot = Snapshot(run.kube) if wanted else None
+    for tenant in sorted(wanted, key=plan.name):
+        tenant.setdefault("kind", plan.KIND)
+        tenant.setdefault("apiVersion", plan.API_VERSION)
+        if tenant["metadata"].get("deletionTimestamp"):
+            results.append(_delete(run, snapshot, tenant))
+        else:
+            results.append(_apply(run, snapshot, tenant, tenants))
+    results.sort(key=lambda r: r["name"])
+    return {
+        "changed": any(r["changed"] for r in results),
+        "tenants": results,
+        "requeue": sorted(r["name"] for r in results if r["requeue"]),
+        "api_calls": dict(run.kube.calls),
+        "writes": run.kube.writes(),
+    }
+
+
+def _result(tenant: dict, **fields) -> dict:
+    return {"name": plan.name(tenant), "changed": False, "requeue": False, "writes": [], **fields}
+
+
+def _apply(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]) -> dict:
+    status = tenant.get("status") or {}
+    generation = tenant["metadata"].get("generation", 0)
+    conditions = status.get("conditions") or []
+    problems = plan.validate(tenant, run.required_prefix)
+    desired = []
+    if not problems:
+        desired = plan.desired_objects(tenant, run.claim_side_subjects)
+        problems = (
+            plan.ownership_problems(tenant, desired, snapshot.objects)
+            + plan.pool_problems(tenant, snapshot.namespaces())
+            + plan.exclusive_problems(tenant, snapshot.hosts, tenants)
+        )
+    if problems:
+        # Nothing is written for a refused spec; what was applied for an earlier one stays as it was.
+        reason, message = plan.refusal(problems)
+        conditions = cond.set_condition(conditions, plan.ACCEPTED, "False", reason, message, generation, run.timestamp)
+        new_status = {
+            "state": status.get("state") or plan.NEW,
+            "observedGeneration": generation,
+            "conditions": cond.with_ready(conditions, generation, run.timestamp),
+        }
+        result = _result(tenant, state=new_status["state"], reason=reason, message=message)
+        _write_status(run, tenant, new_status, result)
+        return result
+    conditions = cond.set_condition(
+        conditions, plan.ACCEPTED, "True", plan.SPEC_ACCEPTED, "", generation, run.timestamp
+    )
+
+    result = _result(tenant)
+    writes = _planned_writes(snapshot, tenant, desired)
+    if writes or plan.FINALIZER not in (tenant["metadata"].get("finalizers") or []):
+        tenant = _with_finalizer(run, tenant, result)
+        if writes and status.get("state") != plan.DEPLOYING:
+            # Watchers see the change under way (and a run killed midway leaves Deploying, not Deployed).
+            deploying = {"state": plan.DEPLOYING, "observedGeneration": generation, "conditions": conditions}
+            tenant = _write_status(run, tenant, deploying, result)
+    failures: dict[str, list[str]] = {}
+    for step, action, obj in writes:
+        try:
+            _write(run, action, obj, result)
+        except KubeError as error:
+            failures.setdefault(step, []).append(str(error))
+    for step in plan.STEPS:
+        if step in failures:
+            conditions = cond.set_condition(
+                conditions, step, "False", plan.APPLY_FAILED, "; ".join(failures[step]), generation, run.timestamp
+            )
+        else:
+            conditions = cond.set_condition(conditions, step, "True", plan.APPLIED, "", generation, run.timestamp)
+    objects = [plan.reference(o) for o in desired]
+    objects += [plan.host_reference(key) for key in plan.exclusive_hosts(tenant)]
+    new_status = {
+        "state": plan.DEPLOYING if failures else plan.DEPLOYED,
+        "observedGeneration": generation,
+        "childNamespaces": plan.child_namespaces(tenant),
+        "objects": objects,
+        "conditions": cond.with_ready(conditions, generation, run.timestamp),
+    }
+    result.update(state=new_status["state"], requeue=bool(failures))
+    _write_status(run, tenant, new_status, result)
+    return result
+
+
+def _planned_writes(snapshot: Snapshot, tenant: dict, desired: list[dict]) -> list[tuple[str, str, dict]]:
+    """(step, action, object) for what differs: create, replace, recreate, delete; reservations last."""
+    writes = []
+    wanted_keys = set()
+    for obj in desired:
+        key = plan.object_key(obj)
+        wanted_keys.add(key)
+        current = snapshot.objects.get(key)
+        step = plan.STEP_OF_KIND[obj["kind"]]
+        if current is None:
+            writes.append((step, "create", obj))
+        elif plan.recreate_needed(obj, current):
+            writes.append((step, "recreate", obj))
+        else:
+            updated = plan.updated_object(obj, current)
+            if updated is not None:
+                writes.append((step, "replace", updated))
+    mine = plan.tenant_name(tenant)
+    # What was made for an earlier spec and is no longer asked for (a child namespace, pool or quota removed).
+    for stale in snapshot.owned_by(mine):
+        if plan.object_key(stale) not in wanted_keys and not stale["metadata"].get("deletionTimestamp"):
+            writes.append((plan.STEP_OF_KIND[stale["kind"]], "delete", stale))
+    reserved = set(plan.exclusive_hosts(tenant))
+    for host_key, host in snapshot.hosts.items():
+        updated = plan.with_reservation(host, mine, host_key in reserved)
+        if updated is not None:
+            writes.append((plan.EXCLUSIVE_HOSTS, "replace", updated))
+    return writes
+
+
+def _write(run: TenantRun, action: str, obj: dict, result: dict) -> None:
+    kind, namespace, name = plan.object_key(obj)
+    result["writes"].append({"action": action, "kind": kind, "namespace": namespace, "name": name})
+    result["changed"] = True
+    if run.check_mode:
+        return
+    kube = run.kube
+    if action == "create":
+        try:
+            kube.create(obj)
+        except AlreadyExistsError as error:
+            # Made since the batch listed it (by hand: a labelled one would have been listed).
+            raise KubeError(f"{kind} {namespace}/{name} exists and is not this tenant's: {error}") from error
+    elif action == "replace":
+        kube.replace(obj)
+    elif action == "recreate":
+        kube.delete(obj["apiVersion"], kind, name, namespace or None)
+        kube.create(obj)
+    elif action == "delete":
+        kube.delete(obj["apiVersion"], kind, name, namespace or None, uid=obj["metadata"].get("uid", ""))
+
+
+def _with_finalizer(run: TenantRun, tenant: dict, result: dict) -> dict:
+    finalizers = tenant["metadata"].get("finalizers") or []
+    if plan.FINALIZER in finalizers:
+        return tenant
+    updated = copy.deepcopy(tenant)
+    updated["metadata"]["finalizers"] = [*finalizers, plan.FINALIZER]
+    result["changed"] = True
+    result["writes"].append({"action": "replace", "kind": plan.KIND, "namespace": "", "name": plan.name(tenant)})
+    if run.check_mode:
+        return updated
+    return run.kube.replace(_without_status(updated))
+
+
+def _without_status(tenant: dict) -> dict:
+    body = copy.deepcopy(tenant)
+    body.pop("status", None)
+    return body
+
+
+def _write_status(run: TenantRun, tenant: dict, new_status: dict, result: dict) -> dict:
+    """Patch the status when it says something new; return the Tenant as written."""
+    old = tenant.get("status") or {}
+    fields = ("state", "observedGeneration", "childNamespaces", "objects")
+    if all(old.get(f) == new_status.get(f) for f in fields if f in new_status) and cond.same(
+        old.get("conditions"), new_status.get("conditions")
+    ):
+        return tenant
+    result["changed"] = True
+    result["status_writes"] = result.get("status_writes", 0) + 1
+    if run.check_mode:
+        return {**tenant, "status": {**old, **new_status}}
+    try:
+        return run.kube.patch_status(tenant, new_status)
+    except ConflictError:
+        # The Tenant changed under us (a spec edit): its next reconcile computes the status afresh.
+        result["requeue"] = True
+        return tenant
+
+
+def _delete(run: TenantRun, snapshot: Snapshot, tenant: dict) -> dict:
+    """Deletion in order: the claims of its namespaces (their hosts released by the claim layer), the
+    namespaces, then its pool entries and reservations; the finalizer last. One stage per run."""
+    result = _result(tenant, state=plan.DELETING)
+    if plan.FINALIZER not in (tenant["metadata"].get("finalizers") or []):
+        return result
+    mine = plan.tenant_name(tenant)
+    generation = tenant["metadata"].get("generation", 0)
+    conditions = (tenant.get("status") or {}).get("conditions") or []
+    owned = snapshot.owned_by(mine)
+    namespaces = [o for o in owned if o["kind"] == "Namespace"]
+    stage, message = None, ""
+    claims = []
+    for namespace in namespaces:
+        claims += run.kube.list(metal3.API_VERSION, "HostClaim", namespace=plan.object_key(namespace)[2])
+    if claims:
+        for claim in claims:
+            if not claim["metadata"].get("deletionTimestamp"):
+                _write(run, "delete", {**claim, "kind": "HostClaim", "apiVersion": metal3.API_VERSION}, result)
+        stage = plan.RELEASING_CLAIMS
+        message = f"{len(claims)} HostClaim(s) releasing their hosts"
+    elif namespaces:
+        for namespace in namespaces:
+            if not namespace["metadata"].get("deletionTimestamp"):
+                _write(run, "delete", namespace, result)
+        stage = plan.DELETING_NAMESPACES
+        message = "namespace(s) " + ", ".join(plan.object_key(n)[2] for n in namespaces) + " being deleted"
+    if stage:
+        conditions = cond.set_condition(conditions, plan.DELETION, "False", stage, message, generation, run.timestamp)
+        new_status = {"state": plan.DELETING, "observedGeneration": generation, "conditions": conditions}
+        result.update(requeue=True, reason=stage, message=message)
+        _write_status(run, tenant, new_status, result)
+        return result
+    # Last: the pool entries and reservations (until now the tenant's claims could still be released).
+    try:
+        for obj in owned:
+            _write(run, "delete", obj, result)
+        for host in snapshot.hosts.values():
+            if mine in reserved_for(host):
+                _write(run, "replace", plan.with_reservation(host, mine, False), result)
+    except KubeError as error:
+        conditions = cond.set_condition(
+            conditions, plan.DELETION, "False", plan.DELETION_FAILED, str(error), generation, run.timestamp
+        )
+        result.update(requeue=True, reason=plan.DELETION_FAILED, message=str(error))
+        _write_status(run, tenant, {"state": plan.DELETING, "conditions": conditions}, result)
+        return result
+    updated = copy.deepcopy(tenant)
+    updated["metadata"]["finalizers"] = [f for f in tenant["metadata"]["finalizers"] if f != plan.FINALIZER]
+    _write(run, "replace", _without_status(updated), result)
+    return result

@@ -1,0 +1,166 @@
+#!/usr/bin/python
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tenant_reconcile
+short_description: Onboard and remove tenants - bring each Tenant's namespaces, access, policies and quota to its spec
+version_added: 0.1.0
+description:
+  - For each C(Tenant) (C(tenancy.metalclaim.io/v1alpha1), cluster-scoped; those in O(tenants), or all), creates
+    what its spec asks and nothing else - its child namespaces C(<tenantName>-<child>), a RoleBinding there giving
+    the admin group (default C(<tenantName>-tenant-admin)) the C(metalclaim-tenant) ClusterRole (HostClaims,
+    Secrets, Events of that namespace only), a RoleBinding giving the claim side (O(claim_side_subjects)) read
+    access to the Secrets claims reference, a ResourceQuota C(count/hostclaims.metal3.io) when
+    C(spec.quota.maxHostClaims) is set, a HostDeployPolicy C(tenant-<tenantName>) in each host pool's namespace
+    naming the child namespaces, and the C(tenancy.metalclaim.io/reserved-for) annotation on each exclusive host.
+  - Every object it makes carries the label C(tenancy.metalclaim.io/tenant=<tenantName>); an object of a name it
+    wants without that label (a namespace or policy made by hand, or another tenant's) is never taken over. The
+    whole spec is checked first (names, the required prefix, namespaces and policies owned elsewhere, host pools and
+    exclusive hosts that do not exist, a host another C(enforceExclusive) tenant holds); a refused spec writes
+    nothing but the Tenant's status (C(Accepted=False), the reason naming the field).
+  - States as TAPMS - C(New) (nothing applied yet), C(Deploying), C(Deployed), C(Deleting); one condition per step
+    (C(Accepted), C(Namespaces), C(Access), C(HostPools), C(Quota), C(ExclusiveHosts), C(Deletion)) and C(Ready);
+    C(status.objects) lists what was made.
+  - A Tenant being deleted is taken apart in order, one stage per run - the HostClaims of its namespaces are
+    deleted and waited for (the claim layer releases their hosts), then its namespaces, then its policies and
+    reservations, and the finalizer C(tenancy.metalclaim.io/tenant) goes last. RV(requeue) names the tenants
+    waiting on a stage.
+author:
+  - metalclaim maintainers (@metalclaim)
+extends_documentation_fragment:
+  - metalclaim.hostclaim.k8s_auth
+attributes:
+  check_mode:
+    support: full
+    description: Reports the writes it would make (RV(tenants[].writes)); writes nothing.
+  diff_mode:
+    support: none
+    description: The writes are listed in RV(tenants[].writes) (kind, namespace, name, action), without field diffs.
+  idempotent:
+    support: full
+    description: A second run with nothing changed writes nothing (RV(writes) is 0).
+options:
+  tenants:
+    description:
+      - Names of the Tenants to reconcile. Default is every Tenant.
+    type: list
+    elements: str
+  required_prefix:
+    description:
+      - A prefix every C(spec.tenantName) must start with (TAPMS's namespace-manager prefix); a Tenant without it
+        is refused. Empty means none.
+    type: str
+    default: ""
+  claim_side_subjects:
+    description:
+      - RBAC subjects of the controller's claim side, bound to C(metalclaim-tenant-secrets-reader) in each child
+        namespace so it can read the Secrets claims there reference. Empty binds nobody.
+    type: list
+    elements: dict
+    default:
+      - kind: ServiceAccount
+        name: metalclaim-controller
+        namespace: metalclaim-system
+"""
+
+EXAMPLES = r"""
+- name: Reconcile every Tenant
+  metalclaim.hostclaim.tenant_reconcile:
+  register: onboarding
+
+- name: Reconcile two tenants, whose names must start with vcluster-
+  metalclaim.hostclaim.tenant_reconcile:
+    tenants: [vcluster-blue, vcluster-green]
+    required_prefix: vcluster-
+
+- name: Outside the cluster, with the claim side running as a user
+  metalclaim.hostclaim.tenant_reconcile:
+    kubeconfig: /etc/metalclaim/admin.kubeconfig
+    claim_side_subjects:
+      - {apiGroup: rbac.authorization.k8s.io, kind: User, name: metalclaim-controller}
+"""
+
+RETURN = r"""
+tenants:
+  description: One entry per Tenant reconciled (and per name in O(tenants) that does not exist, state C(absent)).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The Tenant's name.
+      type: str
+    state:
+      description: C(New), C(Deploying), C(Deployed), C(Deleting), or C(absent).
+      type: str
+    changed:
+      description: Whether anything was (or, in check mode, would be) written for it.
+      type: bool
+    requeue:
+      description: Whether it waits on something (a deletion stage, a failed write) and should be run again.
+      type: bool
+    reason:
+      description: When refused or deleting, the condition reason.
+      type: str
+      returned: when refused or deleting
+    message:
+      description: When refused or deleting, why, naming the field.
+      type: str
+      returned: when refused or deleting
+    writes:
+      description: Each object written, C({action, kind, namespace, name}).
+      type: list
+      elements: dict
+  sample:
+    - name: blue
+      state: Deployed
+      changed: true
+      requeue: false
+      writes: [{action: create, kind: Namespace, namespace: "", name: blue-slurm}]
+requeue:
+  description: Names of the tenants to run again.
+  returned: always
+  type: list
+  elements: str
+writes:
+  description: Requests sent that change something (0 on a settled run).
+  returned: always
+  type: int
+api_calls:
+  description: Requests sent, by verb.
+  returned: always
+  type: dict
+"""
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import run_module
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.reconcile import (
+    TenantRun,
+    reconcile_tenants,
+)
+
+ARGUMENT_SPEC = dict(
+    tenants=dict(type="list", elements="str"),
+    required_prefix=dict(type="str", default=""),
+    claim_side_subjects=dict(
+        type="list",
+        elements="dict",
+        default=[{"kind": "ServiceAccount", "name": "metalclaim-controller", "namespace": "metalclaim-system"}],
+    ),
+)
+
+
+def reconcile(module, kube) -> dict:
+    params = module.params
+    run = TenantRun(kube, module.check_mode, params["required_prefix"], params["claim_side_subjects"])
+    return reconcile_tenants(run, params["tenants"])
+
+
+def main():
+    run_module(ARGUMENT_SPEC, reconcile)
+
+
+if __name__ == "__main__":
+    main()

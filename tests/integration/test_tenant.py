@@ -1,0 +1,218 @@
+"""playbooks/tenant.yml on the real API server: onboarding from a YAML file, what the admin group may do,
+the quota, refusals that write nothing, deletion that leaves nothing behind."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import yaml
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from tests.claimlayer import TENANT_A
+from tests.support import REPO_ROOT, eventually, run_playbook
+
+pytestmark = pytest.mark.integration
+
+PLAYBOOK = REPO_ROOT / "playbooks" / "tenant.yml"
+RECONCILE = "Reconcile the Tenants"
+TENANCY = "tenancy.metalclaim.io/v1alpha1"
+METAL3 = "metal3.io/v1alpha1"
+TENANT_LABEL = "tenancy.metalclaim.io/tenant"
+# The devenv's claim side is a user, not the ServiceAccount of a cluster install.
+CLAIM_SIDE = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}]
+
+
+def tenant_manifest(name: str, **spec) -> dict:
+    return {"apiVersion": TENANCY, "kind": "Tenant", "metadata": {"name": name}, "spec": {"tenantName": name, **spec}}
+
+
+def onboard(devenv, tmp_path, run: str, **extravars) -> dict:
+    extravars.setdefault("tenant_claim_side_subjects", CLAIM_SIDE)
+    tasks = run_playbook(tmp_path / run, PLAYBOOK, devenv.kubeconfig("admin"), extravars)
+    return {t["task"]: t for t in tasks}
+
+
+def api(clients, kind: str, api_version: str = "v1", identity: str = "admin"):
+    return clients[identity].resources.get(api_version=api_version, kind=kind)
+
+
+def as_user(devenv, user: str, group: str) -> DynamicClient:
+    """A client that acts as `user` in `group`, impersonated by the admin, as an OIDC login in that group would."""
+    api_client = kube_config.new_client_from_config(config_file=devenv.kubeconfig("admin"))
+    api_client.set_default_header("Impersonate-User", user)
+    api_client.set_default_header("Impersonate-Group", group)
+    return DynamicClient(api_client)
+
+
+def claim_body(namespace: str, name: str) -> dict:
+    return {"apiVersion": METAL3, "kind": "HostClaim", "metadata": {"name": name, "namespace": namespace}, "spec": {}}
+
+
+def read_tenant(clients, name: str) -> dict | None:
+    try:
+        return api(clients, "Tenant", TENANCY).get(name=name).to_dict()
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def condition(tenant: dict, type_: str) -> dict:
+    return next(c for c in tenant["status"]["conditions"] if c["type"] == type_)
+
+
+def owned(clients, kind: str, name: str, api_version: str = "v1") -> list[str]:
+    items = api(clients, kind, api_version).get(label_selector=f"{TENANT_LABEL}={name}").items
+    return sorted(f"{i.metadata.namespace or ''}/{i.metadata.name}" for i in items)
+
+
+@pytest.fixture
+def tenants(clients, devenv, tmp_path):
+    """Tenant names for one test; each is deleted afterwards (and taken apart by the playbook)."""
+    names: list[str] = []
+
+    def new(prefix: str = "t") -> str:
+        names.append(f"{prefix}{uuid.uuid4().hex[:6]}")
+        return names[-1]
+
+    yield new
+    for name in names:
+        try:
+            api(clients, "Tenant", TENANCY).delete(name=name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+    for attempt in range(10):
+        if not any(read_tenant(clients, name) for name in names):
+            break
+        onboard(devenv, tmp_path, f"cleanup-{attempt}", tenant_names=names)
+
+
+def test_onboarding_from_a_yaml_file(devenv, clients, tenants, tmp_path):
+    name = tenants()
+    manifest = tenant_manifest(
+        name, childNamespaces=["slurm", "user"], hostPools=[{"namespace": "infrahost"}], quota={"maxHostClaims": 2}
+    )
+    source = tmp_path / "tenant.yaml"
+    source.write_text(yaml.safe_dump(manifest))
+    first = onboard(devenv, tmp_path, "first", tenant_src=str(source))
+    assert not first[RECONCILE]["failed"], first[RECONCILE]
+    children = [f"{name}-slurm", f"{name}-user"]
+
+    tenant = read_tenant(clients, name)
+    assert tenant["status"]["state"] == "Deployed"
+    assert tenant["status"]["childNamespaces"] == children
+    assert all(c["status"] == "True" for c in tenant["status"]["conditions"]), tenant["status"]["conditions"]
+    assert owned(clients, "Namespace", name) == [f"/{c}" for c in children]
+    assert owned(clients, "RoleBinding", name, "rbac.authorization.k8s.io/v1") == sorted(
+        f"{c}/{b}" for c in children for b in ("metalclaim-tenant-admin", "metalclaim-tenant-secrets-reader")
+    )
+    assert owned(clients, "ResourceQuota", name) == [f"{c}/metalclaim-tenant" for c in children]
+    policy = api(clients, "HostDeployPolicy", METAL3).get(name=f"tenant-{name}", namespace="infrahost").to_dict()
+    assert policy["spec"]["hostclaimNamespaces"] == {"names": children}
+    listed = {(o["kind"], o.get("namespace", ""), o["name"]) for o in tenant["status"]["objects"]}
+    assert ("HostDeployPolicy", "infrahost", f"tenant-{name}") in listed and len(listed) == 9
+
+    # Idempotent: a second run (the manifest applied again too) writes nothing.
+    second = onboard(devenv, tmp_path, "second", tenant_src=str(source))
+    assert second[RECONCILE]["writes"] == 0, second[RECONCILE]["tenants"]
+    assert read_tenant(clients, name)["metadata"]["resourceVersion"] == tenant["metadata"]["resourceVersion"]
+
+    # The admin group: claims in the tenant's namespaces, 403 anywhere else.
+    admin = as_user(devenv, "alice", f"{name}-tenant-admin")
+    claims = admin.resources.get(api_version=METAL3, kind="HostClaim")
+    claims.create(body=claim_body(children[0], "first"))
+    for elsewhere in (TENANT_A, "infrahost"):
+        with pytest.raises(ApiException) as refused:
+            claims.create(body=claim_body(elsewhere, "sneaky"))
+        assert refused.value.status == 403
+    with pytest.raises(ApiException) as refused:
+        admin.resources.get(api_version="v1", kind="Secret").get(namespace="infrahost")
+    assert refused.value.status == 403
+    # Someone of another group gets nothing in the tenant's namespaces.
+    other = as_user(devenv, "mallory", "someone-else-tenant-admin").resources.get(api_version=METAL3, kind="HostClaim")
+    with pytest.raises(ApiException) as refused:
+        other.create(body=claim_body(children[0], "intruder"))
+    assert refused.value.status == 403
+
+    # The quota: two claims per namespace; the API server refuses the third with its quota error.
+    quota = api(clients, "ResourceQuota")
+    eventually(
+        lambda: (quota.get(name="metalclaim-tenant", namespace=children[0]).to_dict().get("status") or {}).get("hard"),
+        timeout=30,
+        message="the quota's status computed by the resourcequota controller",
+    )
+    claims.create(body=claim_body(children[0], "second"))
+    with pytest.raises(ApiException) as refused:
+        claims.create(body=claim_body(children[0], "third"))
+    assert refused.value.status == 403
+    assert "exceeded quota: metalclaim-tenant" in refused.value.body, refused.value.body
+    assert "count/hostclaims.metal3.io=2" in refused.value.body
+
+    # Deletion: the claims go first (nothing binds them here, so nothing holds them), then the namespaces,
+    # then the policy; nothing of the tenant's is left.
+    api(clients, "Tenant", TENANCY).delete(name=name)
+    for attempt in range(8):
+        onboard(devenv, tmp_path, f"delete-{attempt}", tenant_names=[name])
+        if read_tenant(clients, name) is None:
+            break
+        assert read_tenant(clients, name)["status"]["state"] == "Deleting"
+    assert read_tenant(clients, name) is None
+    assert owned(clients, "Namespace", name) == []
+    assert owned(clients, "HostDeployPolicy", name, METAL3) == []
+
+
+def test_refused_specs_write_nothing_and_say_which_field(devenv, clients, tenants, tmp_path):
+    taken = tenants("t")
+    api(clients, "Namespace").create(body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": f"{taken}-x"}})
+    unprefixed, missing_host, missing_pool = tenants("t"), tenants("t"), tenants("t")
+    manifests = [
+        tenant_manifest(taken, childNamespaces=["ok", "x"], hostPools=[{"namespace": "infrahost"}]),
+        tenant_manifest(unprefixed, childNamespaces=["ok"]),
+        tenant_manifest(
+            missing_host,
+            childNamespaces=["ok"],
+            exclusiveHosts={"hosts": [{"namespace": "infrahost", "name": "no-such-host"}]},
+        ),
+        tenant_manifest(missing_pool, childNamespaces=["ok"], hostPools=[{"namespace": "no-such-pool"}]),
+    ]
+    try:
+        run = onboard(devenv, tmp_path, "refused", tenant_definitions=manifests, tenant_fail_on_refusal=False)
+        assert not run[RECONCILE]["failed"]
+        expected = {
+            taken: ("NamespaceOwnedElsewhere", "spec.childNamespaces[1]"),
+            missing_host: ("ExclusiveHostNotFound", "spec.exclusiveHosts.hosts[0]"),
+            missing_pool: ("HostPoolNotFound", "spec.hostPools[0].namespace"),
+        }
+        for name, (reason, field) in expected.items():
+            tenant = read_tenant(clients, name)
+            accepted = condition(tenant, "Accepted")
+            assert (tenant["status"]["state"], accepted["status"], accepted["reason"]) == ("New", "False", reason)
+            assert accepted["message"].startswith(field), accepted["message"]
+            assert condition(tenant, "Ready")["status"] == "False"
+            # Nothing half-created: not even the namespaces that were free.
+            assert owned(clients, "Namespace", name) == []
+            assert tenant["metadata"].get("finalizers") is None
+        assert read_tenant(clients, unprefixed)["status"]["state"] == "Deployed"
+
+        # The site's required prefix (TAPMS's namespace manager's): the playbook fails, naming the field.
+        prefixed = onboard(devenv, tmp_path, "prefix", tenant_names=[unprefixed], tenant_required_prefix="vcluster-")
+        failure = prefixed["Fail on a refused Tenant"]
+        assert failure["failed"] and "spec.tenantName" in failure["msg"] and "vcluster-" in failure["msg"]
+        refused = condition(read_tenant(clients, unprefixed), "Accepted")
+        assert (refused["status"], refused["reason"]) == ("False", "InvalidTenantName")
+    finally:
+        api(clients, "Namespace").delete(name=f"{taken}-x")
+
+
+def test_an_invalid_tenant_name_is_refused_by_the_api_server(clients):
+    tenants = api(clients, "Tenant", TENANCY)
+    with pytest.raises(ApiException) as refused:
+        tenants.create(body=tenant_manifest("Blue_1"))
+    assert refused.value.status == 422 and "spec.tenantName" in refused.value.body
+    with pytest.raises(ApiException) as refused:
+        tenants.create(body={**tenant_manifest("blue-x"), "spec": {"tenantName": "blue-y"}})
+    assert refused.value.status == 422 and "spec.tenantName must equal metadata.name" in refused.value.body
