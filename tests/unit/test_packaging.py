@@ -43,6 +43,7 @@ TARBALL_ALLOW = (
     "playbooks/*.yml",
     "config/*.yaml",  # the manifests the install role applies, and the samples
     "files/metalclaim-image-writer",
+    "files/metalclaim-build-deploy-iso",
     "docs/*.md",
     "docs/*.sh",
     "changelogs/changelog.yaml",
@@ -61,6 +62,7 @@ TARBALL_REQUIRED = (
     "meta/runtime.yml",
     "meta/execution-environment.yml",
     "files/metalclaim-image-writer",
+    "files/metalclaim-build-deploy-iso",  # the infra guide tells infra teams to run it from the collection
     "config/crd/metal3.io_hostclaims.yaml",
     "playbooks/reconcile.yml",
 )
