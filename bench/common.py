@@ -499,26 +499,6 @@ class ClaimWatch:
 # -- the controller as a process of its own ---------------------------------------------------
 
 
-_HELP: str | None = None
-
-
-def controller_help() -> str:
-    global _HELP
-    if _HELP is None:
-        _HELP = subprocess.run(
-            [sys.executable, "-m", "metalclaim.controller", "--help"],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS)},
-        ).stdout
-    return _HELP
-
-
-def controller_has(flag: str) -> bool:
-    return re.search(rf"(^|\s){re.escape(flag)}[\s,=]", controller_help()) is not None
-
-
 class Controller:
     """One side of the controller as its own identity and process; metrics on a port, JSON log in a file."""
 

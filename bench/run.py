@@ -228,8 +228,7 @@ class Bench:
         n = self.args.idle_claims
         rack = Rack(self.admin, n, 1, prefix="bench-idle")
         stack.callback(rack.teardown)
-        mode = "batch" if common.controller_has("--mode") else None
-        controller = self.controller("claims", [rack.namespace], f"idle-{name}", mode=mode, standby=standby)
+        controller = self.controller("claims", [rack.namespace], f"idle-{name}", mode="batch", standby=standby)
         stack.callback(controller.stop)
         controller.settle(quiet=1.0)
         gap = self.args.idle_gap if self.args.idle_gap is not None else max(1.0, 1.5 * (self.floor or 1.0))
@@ -252,10 +251,6 @@ class Bench:
         self._floor_needed()
         out["cold"] = self._idle_series("cold", stack, standby=False)
         self.rows_for("idle", "cold create->Associated", out["cold"], note=f"{self.args.idle_claims} claims")
-        if not common.controller_has("--standby"):
-            out["standby"] = {"skipped": "the controller has no --standby flag yet (metalclaim-controller --help)"}
-            self.row("idle", "standby create->Associated", "skipped", unit="", note="no --standby flag")
-            return
         out["standby"] = self._idle_series("standby", stack, standby=True)
         paths = out["standby"].get("paths") or {}
         self.rows_for(
@@ -338,8 +333,7 @@ class Bench:
             self.later.callback(rack.teardown)
         else:
             stack.callback(rack.teardown)
-        mode = "batch" if common.controller_has("--mode") else None
-        controller = self.controller("claims", [rack.namespace], "storm", mode=mode)
+        controller = self.controller("claims", [rack.namespace], "storm", mode="batch")
         stack.callback(controller.stop)
         controller.settle(quiet=1.0)
         keys = [(rack.tenants[index % len(rack.tenants)], f"s{index:04d}") for index in range(n)]
@@ -356,8 +350,6 @@ class Bench:
             self.storm_rack, self.storm_keys = rack, keys
 
     def scenario_baseline(self, out: dict, stack: contextlib.ExitStack) -> None:
-        if not common.controller_has("--mode"):
-            raise Skipped("the controller has no --mode flag yet (metalclaim-controller --help): no per-event baseline")
         self._floor_needed()
         n, full = self.args.baseline_claims, self.args.storm_claims
         factor = full / n
@@ -436,8 +428,7 @@ class Bench:
             self.storm_rack = None
             stack.callback(self.later.close)  # the storm's rack goes with this scenario
         period = self.args.resync_period
-        mode = "batch" if common.controller_has("--mode") else None
-        controller = self.controller("claims", [rack.namespace], "resync", "--resync-period", str(period), mode=mode)
+        controller = self.controller("claims", [rack.namespace], "resync", "--resync-period", str(period), mode="batch")
         stack.callback(controller.stop)
         started = time.monotonic()
         if not self.wait_all("Association", keys, f"resync: {len(keys)} claims bound", 120 + 0.5 * len(keys)):
@@ -515,8 +506,7 @@ class Bench:
         self.progress.end()
         if available < size:
             raise RuntimeError(f"only {available}/{size} hosts became available: {site.states()}")
-        mode = "batch" if common.controller_has("--mode") else None
-        claims = self.controller("claims", [site.namespace], "provision-claims", mode=mode)
+        claims = self.controller("claims", [site.namespace], "provision-claims", mode="batch")
         stack.callback(claims.stop)
         claims.settle(quiet=1.0)
         provisioner.settle(quiet=1.0)
@@ -656,8 +646,7 @@ class Bench:
         window = max(1, hosts // 2)
         rack = Rack(self.admin, hosts, 1, prefix="bench-churn", threads=self.args.threads)
         stack.callback(rack.teardown)
-        mode = "batch" if common.controller_has("--mode") else None
-        controller = self.controller("claims", [rack.namespace], "churn", mode=mode)
+        controller = self.controller("claims", [rack.namespace], "churn", mode="batch")
         stack.callback(controller.stop)
         controller.settle(quiet=1.0)
         before = {
@@ -810,10 +799,6 @@ class Bench:
             try:
                 with contextlib.ExitStack() as stack:
                     getattr(self, f"scenario_{name}")(out, stack)
-            except Skipped as why:
-                out.update(status="skipped", reason=str(why))
-                self.row(name, "skipped", str(why), unit="")
-                self.progress.note(f"skipped: {why}")
             except Exception as error:
                 out.update(status="failed", error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
                 self.row(name, "FAILED", f"{type(error).__name__}: {str(error).splitlines()[0][:90]}", unit="")
@@ -821,10 +806,6 @@ class Bench:
             out["scenario_seconds"] = time.monotonic() - started
         self.later.close()
         self.watch.close()
-
-
-class Skipped(Exception):
-    pass
 
 
 @contextlib.contextmanager
@@ -881,7 +862,6 @@ def metadata(args, env: Devenv, reused: bool) -> dict:
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "cgroup_cpu_limit": limit,
         "loadavg_at_start": os.getloadavg(),
-        "controller_flags": {flag: common.controller_has(flag) for flag in ("--mode", "--standby")},
         "arguments": {k: v for k, v in vars(args).items() if k not in ("dir", "out")},
     }
 
@@ -1056,12 +1036,6 @@ def main(argv=None) -> int:
     meta = metadata(args, env, reused)
     bench = None
     try:
-        if not meta["controller_flags"]["--mode"] or not meta["controller_flags"]["--standby"]:
-            missing = [f for f, has in meta["controller_flags"].items() if not has]
-            print(
-                f"[bench] the controller lacks {', '.join(missing)}: baseline / standby figures are skipped",
-                file=sys.stderr,
-            )
         bench = Bench(args, env, work)
         bench.run()
     finally:
