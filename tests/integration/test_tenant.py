@@ -11,7 +11,8 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from tests.claimlayer import TENANT_A
+from tests.claimlayer import TENANT_A, step
+from tests.claimlayer import condition as claim_condition
 from tests.support import REPO_ROOT, eventually, run_playbook
 
 pytestmark = pytest.mark.integration
@@ -216,3 +217,45 @@ def test_an_invalid_tenant_name_is_refused_by_the_api_server(clients):
     with pytest.raises(ApiException) as refused:
         tenants.create(body={**tenant_manifest("blue-x"), "spec": {"tenantName": "blue-y"}})
     assert refused.value.status == 422 and "spec.tenantName must equal metadata.name" in refused.value.body
+
+
+def test_an_exclusive_host_is_never_bound_to_another_tenant(devenv, clients, tenants, rack, tmp_path):
+    owner, other, rival = tenants("a"), tenants("b"), tenants("c")
+    rack.host("reserved")
+    pool = [{"namespace": rack.namespace}]
+    exclusive = {"enforceExclusive": True, "hosts": [{"namespace": rack.namespace, "name": "reserved"}]}
+    onboard(
+        devenv,
+        tmp_path,
+        "exclusive",
+        tenant_definitions=[
+            tenant_manifest(owner, childNamespaces=["w"], hostPools=pool, exclusiveHosts=exclusive),
+            tenant_manifest(other, childNamespaces=["w"], hostPools=pool),
+        ],
+    )
+    assert rack.read_host("reserved")["metadata"]["annotations"]["tenancy.metalclaim.io/reserved-for"] == owner
+
+    # The other tenant is admitted to the pool and the reserved host is its only free match: it stays unbound.
+    rack.claim("wants-it", namespace=f"{other}-w", identity="admin")
+    step("hostclaim_bind", devenv, tmp_path, rack)
+    association = claim_condition(rack.read_claim("wants-it", f"{other}-w"), "Association")
+    assert (association["status"], association["reason"]) == ("False", "NoBareMetalHost")
+    assert not rack.read_host("reserved")["spec"].get("consumerRef")
+    # The owner's claim gets it.
+    rack.claim("owns-it", namespace=f"{owner}-w", identity="admin")
+    step("hostclaim_bind", devenv, tmp_path, rack)
+    assert rack.read_host("reserved")["spec"]["consumerRef"]["name"] == "owns-it"
+
+    # A second enforcing tenant listing the same host is refused, and nothing of it is written.
+    onboard(
+        devenv,
+        tmp_path,
+        "rival",
+        tenant_definitions=[tenant_manifest(rival, childNamespaces=["w"], hostPools=pool, exclusiveHosts=exclusive)],
+        tenant_fail_on_refusal=False,
+    )
+    accepted = condition(read_tenant(clients, rival), "Accepted")
+    assert (accepted["status"], accepted["reason"]) == ("False", "ExclusiveHostTaken")
+    assert accepted["message"].startswith("spec.exclusiveHosts.hosts[0]") and repr(owner) in accepted["message"]
+    assert owned(clients, "Namespace", rival) == [] and owned(clients, "HostDeployPolicy", rival, METAL3) == []
+    assert rack.read_host("reserved")["metadata"]["annotations"]["tenancy.metalclaim.io/reserved-for"] == owner

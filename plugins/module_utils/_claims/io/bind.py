@@ -52,7 +52,7 @@ def bind_claims(run) -> dict:
             continue
         namespace = claim["metadata"]["namespace"]
         authorized, _decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
-        plan = binding.plan(claim, list(hosts_by_key.values()), authorized)
+        plan = binding.plan(claim, list(hosts_by_key.values()), authorized, labels_of.get(namespace, {}))
         results.append(_commit(run, plan, hosts_by_key))
         if results[-1]["action"] == "conflict" and pending:
             pending, hosts_by_key = _next_after_conflict(kube, pending)

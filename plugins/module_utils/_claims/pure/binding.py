@@ -18,6 +18,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
     validate,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import may_bind
 
 CLAIM_KIND = "HostClaim"
 DEFAULT_CLAIM_KIND = "baremetal"
@@ -117,8 +118,11 @@ class Plan:
         return "no free BareMetalHost matches spec.hostSelector among the hosts this namespace may use"
 
 
-def plan(claim: dict, hosts: list[dict], authorized_namespaces: list[str]) -> Plan:
-    """Decide for one claim, given every host the caller can see and the namespaces policies admit it to."""
+def plan(
+    claim: dict, hosts: list[dict], authorized_namespaces: list[str], namespace_labels: dict | None = None
+) -> Plan:
+    """Decide for one claim, given every host the caller can see, the namespaces policies admit it to and the
+    labels of the claim's namespace (its tenant: a host reserved for other tenants is never a candidate)."""
     spec = claim.get("spec") or {}
     status = claim.get("status") or {}
     if claim["metadata"].get("deletionTimestamp"):
@@ -160,6 +164,7 @@ def plan(claim: dict, hosts: list[dict], authorized_namespaces: list[str]) -> Pl
         if key(h)[0] in allowed
         and matches(selector, (h.get("metadata") or {}).get("labels"))
         and why_not_free(h) is None
+        and may_bind(h, namespace_labels)
     ]
     eligible.sort(
         key=lambda h: (

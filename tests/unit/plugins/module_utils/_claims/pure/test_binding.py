@@ -163,3 +163,13 @@ def test_two_hosts_naming_one_claim_keep_the_recorded_one_and_give_back_the_othe
     hosts = [host("a", labels=MEDIUM, consumer=ref), host("b", labels=MEDIUM, consumer=ref)]
     result = binding.plan(claim(status=status), hosts, ["infrahost"])
     assert (result.action, result.host["metadata"]["name"], names(result.extra_hosts)) == ("keep", "b", ["a"])
+
+
+def test_a_host_reserved_for_other_tenants_is_never_a_candidate():
+    reserved = host("h1", labels={"infra-kind": "medium"}, annotations={"tenancy.metalclaim.io/reserved-for": "blue"})
+    tenant_label = "tenancy.metalclaim.io/tenant"
+    green = binding.plan(claim(), [reserved], ["infrahost"], {tenant_label: "green"})
+    assert (green.action, green.reason) == ("refuse", binding.NO_HOST)
+    assert binding.plan(claim(), [reserved], ["infrahost"], {}).action == "refuse"
+    blue = binding.plan(claim(), [reserved], ["infrahost"], {tenant_label: "blue"})
+    assert blue.action == "bind" and blue.candidates == [reserved]
