@@ -20,7 +20,7 @@ from pathlib import Path
 from . import collection
 from .cgroup import cpu_limit, slots_for
 from .runs import JOB_TIMEOUT
-from .scope import SIDES, Scope, parse_shard, parse_sides
+from .scope import DEFAULT_SIDES, Scope, parse_shard, parse_sides, parse_subject
 
 ENV_PREFIX = "METALCLAIM_"
 MODES = ("batch", "per-event")
@@ -75,11 +75,19 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--controllers",
         "comma-separated sides to run, each best as its own identity: claims (reconcile.yml: HostClaims, tenant "
-        "Secrets, copies beside hosts), provisioner (provision.yml: BareMetalHosts over Redfish, BMC Secrets)",
-        ",".join(SIDES),
+        "Secrets, copies beside hosts), provisioner (provision.yml: BareMetalHosts over Redfish, BMC Secrets), "
+        "tenants (tenant.yml: Tenants' namespaces, RoleBindings, quotas, policies; opt-in)",
+        ",".join(DEFAULT_SIDES),
     )
     add("--shard", "i/n: serve the claims and hosts whose namespace hashes to shard i of n (a Lease each)", "0/1")
     add("--namespace-selector", "label selector of the claim namespaces served (e.g. metalclaim.io/role=tenant)", "")
+    add(
+        "--tenant-claim-side",
+        "tenants side: the claim side's identity, given read access to Secrets in each tenant namespace "
+        "(user:NAME, group:NAME or serviceaccount:NAMESPACE:NAME)",
+        "serviceaccount:metalclaim-system:metalclaim-controller",
+    )
+    add("--tenant-required-prefix", "tenants side: a prefix every tenantName must start with", "")
     add("--deploy-iso-url", "deploy ISO for disk images and cleaning", "")
     add("--media-dir", "media server directory (config drives)", "")
     add("--media-url", "media server URL as BMCs reach it", "")
@@ -133,6 +141,7 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
         scope = Scope(sides=parse_sides(args.controllers), shard=parse_shard(args.shard))
+        tenant_claim_side_subject = parse_subject(args.tenant_claim_side)
     except ValueError as error:
         parser().error(str(error))
     if args.runner_slots < 0:
@@ -182,6 +191,8 @@ def main(argv=None) -> int:
         watch_secrets=args.watch_secrets,
         standby=args.standby,
         standby_max_age=args.standby_max_age,
+        tenant_claim_side_subject=tenant_claim_side_subject,
+        tenant_required_prefix=args.tenant_required_prefix,
         leader_elect=args.leader_elect,
         leader_election_namespace=args.leader_election_namespace,
         leader_election_id=scope.lease_name(args.leader_election_id),

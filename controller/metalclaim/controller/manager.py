@@ -23,11 +23,13 @@ from . import collection, mapper, metrics, outcomes
 from .leader import LeaderElector
 from .reflector import Reflector, Store
 from .runs import Runner
-from .scope import CLAIMS, PROVISIONER, Scope
+from .scope import CLAIMS, PROVISIONER, TENANTS, Scope
 from .standby import Standby
 from .workqueue import LIVE, RESYNC, WorkQueue
 
 COLLECTION = "metalclaim.hostclaim"
+TENANCY_API_VERSION = "tenancy.metalclaim.io/v1alpha1"
+PLAYBOOK_OF_GROUP = {mapper.CLAIM: "reconcile", mapper.HOST: "provision", mapper.TENANT: "tenant"}
 IN_PROCESS = "hostclaim_reconcile_in_process"
 LOG = logging.getLogger("metalclaim.controller")
 
@@ -56,6 +58,15 @@ class Settings:
     watch_secrets: bool = True  # Secrets' metadata in namespaces holding claims; False: seen at resync only
     standby: bool = False  # claim batches go to a reconcile run started ahead (see standby.py)
     standby_max_age: float = 300.0  # seconds an idle standby run waits before it is recycled
+    # The tenants side: who the claim side is (it reads Secrets in each tenant namespace), the required prefix.
+    tenant_claim_side_subject: dict = field(
+        default_factory=lambda: {
+            "kind": "ServiceAccount",
+            "namespace": "metalclaim-system",
+            "name": "metalclaim-controller",
+        }
+    )
+    tenant_required_prefix: str = ""
     leader_elect: bool = False
     leader_election_namespace: str = "metalclaim-system"
     leader_election_id: str = "metalclaim-controller"
@@ -74,7 +85,8 @@ class Controller:
         self.metrics = metrics.Metrics(registry)
         self.queue = WorkQueue(on_add=self.metrics.added, on_get=self.metrics.waited)
         self.stores = {
-            kind: Store() for kind in ("HostClaim", "BareMetalHost", "HostDeployPolicy", "Namespace", "Secret")
+            kind: Store()
+            for kind in ("HostClaim", "BareMetalHost", "HostDeployPolicy", "Namespace", "Secret", "Tenant")
         }
         claims = self.stores["HostClaim"]
         claims.add_index("namespace", lambda c: [c["metadata"]["namespace"]])
@@ -113,7 +125,9 @@ class Controller:
     def serves(self, key: tuple) -> bool:
         """Whether this controller's side, shard and namespace selector cover a key."""
         scope = self.settings.scope
-        kind, namespace, _name = key
+        kind, namespace, name = key
+        if kind == mapper.TENANT:  # cluster-scoped: sharded by name
+            return TENANTS in scope.sides and scope.owns_namespace(name)
         if kind == mapper.HOST:
             return PROVISIONER in scope.sides and scope.owns_namespace(namespace)
         if CLAIMS not in scope.sides or not scope.owns_namespace(namespace):
@@ -126,6 +140,9 @@ class Controller:
         if new is not None and self.settings.watch_secrets and self.serves(mapper.key_of(mapper.CLAIM, new)):
             self._watch_secrets_in(new["metadata"]["namespace"])
         self._enqueue("HostClaim", mapper.claim_changed(old, new), initial)
+
+    def _on_tenant(self, old, new, initial=False) -> None:
+        self._enqueue("Tenant", mapper.tenant_changed(old, new), initial)
 
     def _on_host(self, old, new, initial=False) -> None:
         unbound = self.stores["HostClaim"].by_index("unbound", 1)
@@ -168,6 +185,13 @@ class Controller:
         if group == mapper.CLAIM:
             # The runs' localhost interpreter is ansible-playbook's own: no module process is needed.
             return collection.playbook("reconcile"), {"hostclaim_reconcile_claims": refs, IN_PROCESS: True}
+        if group == mapper.TENANT:
+            return collection.playbook("tenant"), {
+                "tenant_names": [name for _kind, _namespace, name in keys],
+                "tenant_fail_on_refusal": False,  # a refusal is the Tenant's status, not a run to retry
+                "tenant_claim_side_subjects": [self.settings.tenant_claim_side_subject],
+                "tenant_required_prefix": self.settings.tenant_required_prefix,
+            }
         extravars = {"hostclaim_provision_hosts": refs}
         for option in ("deploy_iso_url", "media_dir", "media_url"):
             if getattr(self.settings, option):
@@ -177,7 +201,7 @@ class Controller:
     def _run_batch(self, keys: list, slot: int) -> None:
         group = keys[0][0]
         playbook, extravars = self._extravars(group, keys)
-        name = "reconcile" if group == mapper.CLAIM else "provision"
+        name = PLAYBOOK_OF_GROUP[group]
         self.metrics.batch_size.labels(name).observe(len(keys))
         report = self._run(slot, group, playbook, extravars)
         self.metrics.runs.labels(name, report.status).inc()
@@ -197,6 +221,8 @@ class Controller:
             found = outcomes.failed_run(keys, report.status)
         elif group == mapper.CLAIM:
             found = outcomes.claim_outcomes(keys, report.results.get(f"{COLLECTION}.hostclaim_reconcile", {}))
+        elif group == mapper.TENANT:
+            found = outcomes.tenant_outcomes(keys, report.results.get(f"{COLLECTION}.tenant_reconcile", {}))
         else:
             found = outcomes.host_outcomes(keys, report.results.get(f"{COLLECTION}.bmh_redfish", {}))
         for key, outcome in found.items():
@@ -263,6 +289,10 @@ class Controller:
                 key = mapper.key_of(mapper.HOST, host)
                 if self.serves(key):
                     self.queue.add(key, RESYNC)
+            for tenant in self.stores["Tenant"].list():  # drift: an object of the tenant's edited by hand
+                key = mapper.key_of(mapper.TENANT, tenant)
+                if self.serves(key):
+                    self.queue.add(key, RESYNC)
             self.metrics.resyncs.inc()
 
     # -- life cycle -----------------------------------------------------------------------------
@@ -308,7 +338,11 @@ class Controller:
     def start(self) -> None:
         settings, sides = self.settings, self.settings.scope.sides
         infra = settings.infra_namespaces or (None,)
-        self.reflectors = [self._reflector(API_VERSION, "BareMetalHost", self._on_host, ns) for ns in infra]
+        self.reflectors = []
+        if CLAIMS in sides or PROVISIONER in sides:
+            self.reflectors += [self._reflector(API_VERSION, "BareMetalHost", self._on_host, ns) for ns in infra]
+        if TENANTS in sides:
+            self.reflectors.append(self._reflector(TENANCY_API_VERSION, "Tenant", self._on_tenant))
         if PROVISIONER in sides:
             self.reflectors.append(
                 self._reflector("v1", "Namespace", self._on_infra_namespace, store=self.infra_namespaces)

@@ -27,6 +27,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 
 CLAIM = "claim"
 HOST = "host"
+TENANT = "tenant"  # ("tenant", "", name) for tenant.yml
 INSPECT_ANNOTATION = "inspect.metal3.io"
 # Host annotations the provisioner acts on (the ones it writes itself are left out).
 _HOST_REQUESTS = (PAUSED_ANNOTATION, DETACHED_ANNOTATION, INSPECT_ANNOTATION, PROVISIONER_ANNOTATION)
@@ -181,3 +182,15 @@ def secret_changed(old: dict | None, new: dict | None, referencing_claims: list[
     if _meta(old).get("resourceVersion") == _meta(new).get("resourceVersion"):
         return Keys(dropped=True)
     return Keys(sorted(key_of(CLAIM, claim) for claim in referencing_claims))
+
+
+def tenant_changed(old: dict | None, new: dict | None) -> Keys:
+    """A Tenant's spec or deletion (its status and finalizer are the tenant step's own writes). Gone: nothing left."""
+
+    def fingerprint(tenant: dict | None):
+        meta = _meta(tenant)
+        return (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")))
+
+    if new is None or fingerprint(old) == fingerprint(new):
+        return Keys(dropped=True)
+    return Keys([key_of(TENANT, new)])

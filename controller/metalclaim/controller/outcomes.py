@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .mapper import CLAIM, HOST
+from .mapper import CLAIM, HOST, TENANT
+
+# A tenant waiting on a deletion stage (its claims' release, its namespaces' removal) is looked at again this soon.
+TENANT_REQUEUE_SECONDS = 2.0
 
 DONE, RETRY, REQUEUE, WAIT = "done", "retry", "requeue", "wait"
 
@@ -63,4 +66,14 @@ def host_outcomes(keys, provision: dict) -> dict:
         delay = entry.get("requeue_after")
         if delay is not None:
             outcomes[key] = Outcome(REQUEUE, delay=max(0.0, float(delay)), reason=entry.get("state") or "")
+    return outcomes
+
+
+def tenant_outcomes(keys, reconcile: dict) -> dict:
+    """Outcomes of the tenant keys of a tenant.yml run: those waiting on a stage (or a failed write) come back soon."""
+    outcomes = {key: Outcome(DONE) for key in keys}
+    for entry in reconcile.get("tenants") or []:
+        key = (TENANT, "", entry["name"])
+        if key in outcomes and entry.get("requeue"):
+            outcomes[key] = Outcome(REQUEUE, delay=TENANT_REQUEUE_SECONDS, reason=entry.get("reason") or "requeue")
     return outcomes

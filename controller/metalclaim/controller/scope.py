@@ -15,7 +15,11 @@ from dataclasses import dataclass
 
 CLAIMS = "claims"
 PROVISIONER = "provisioner"
-SIDES = (CLAIMS, PROVISIONER)
+# Tenant onboarding (tenant.yml): namespaces, RoleBindings, quotas, policies. Opt-in, as its own identity
+# (config/rbac/tenancy_role.yaml): neither other side needs those rights.
+TENANTS = "tenants"
+SIDES = (CLAIMS, PROVISIONER, TENANTS)
+DEFAULT_SIDES = (CLAIMS, PROVISIONER)
 
 
 def parse_sides(text: str) -> tuple[str, ...]:
@@ -43,9 +47,21 @@ def shard_of(namespace: str, count: int) -> int:
     return int.from_bytes(hashlib.sha256(namespace.encode()).digest()[:8], "big") % count
 
 
+def parse_subject(text: str) -> dict:
+    """`user:NAME`, `group:NAME` or `serviceaccount:NAMESPACE:NAME` -> an RBAC subject."""
+    kind, _colon, rest = text.partition(":")
+    kind = kind.strip().lower()
+    if kind in ("user", "group") and rest:
+        return {"apiGroup": "rbac.authorization.k8s.io", "kind": kind.capitalize(), "name": rest}
+    namespace, _colon, name = rest.partition(":")
+    if kind == "serviceaccount" and namespace and name:
+        return {"kind": "ServiceAccount", "namespace": namespace, "name": name}
+    raise ValueError(f"{text!r}: expected user:NAME, group:NAME or serviceaccount:NAMESPACE:NAME")
+
+
 @dataclass(frozen=True)
 class Scope:
-    sides: tuple[str, ...] = SIDES
+    sides: tuple[str, ...] = DEFAULT_SIDES
     shard: tuple[int, int] = (0, 1)
 
     def owns_namespace(self, namespace: str) -> bool:

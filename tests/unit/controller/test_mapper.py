@@ -97,3 +97,19 @@ def test_the_provisioner_label_of_an_infra_namespace_concerns_its_hosts():
     # Other labels are the claim side's business (policies), not the provisioner's.
     assert mapper.infra_namespace_changed(namespace, changed(namespace, metadata__labels={"team": "b"}), hosts).dropped
     assert mapper.infra_namespace_changed(namespace, copy.deepcopy(namespace), hosts).dropped
+
+
+def test_a_tenant_event_concerns_the_tenant_unless_it_is_the_tenant_steps_own_write():
+    tenant = {"metadata": {"name": "blue", "uid": "u", "generation": 1}}
+    assert mapper.tenant_changed(None, tenant).keys == [("tenant", "", "blue")]
+    status_written = {
+        **tenant,
+        "status": {"state": "Deployed"},
+        "metadata": {**tenant["metadata"], "finalizers": ["f"]},
+    }
+    assert mapper.tenant_changed(tenant, status_written).dropped
+    edited = {"metadata": {**tenant["metadata"], "generation": 2}}
+    assert mapper.tenant_changed(tenant, edited).keys == [("tenant", "", "blue")]
+    deleting = {"metadata": {**tenant["metadata"], "deletionTimestamp": "now"}}
+    assert mapper.tenant_changed(tenant, deleting).keys == [("tenant", "", "blue")]
+    assert mapper.tenant_changed(deleting, None).dropped

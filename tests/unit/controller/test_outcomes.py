@@ -40,3 +40,11 @@ def test_host_outcomes_requeue_when_the_host_says():
 
 def test_a_failed_run_backs_every_key_off():
     assert {o.result for o in outcomes.failed_run([C1, C2], "failed").values()} == {RETRY}
+
+
+def test_tenant_outcomes_requeue_the_tenants_waiting_on_a_stage():
+    blue, green = ("tenant", "", "blue"), ("tenant", "", "green")
+    result = {"tenants": [{"name": "blue", "requeue": True, "reason": "ReleasingClaims"}, {"name": "green"}]}
+    found = outcomes.tenant_outcomes([blue, green], result)
+    assert found[blue] == outcomes.Outcome(REQUEUE, delay=outcomes.TENANT_REQUEUE_SECONDS, reason="ReleasingClaims")
+    assert found[green].result == DONE

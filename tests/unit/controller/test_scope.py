@@ -43,3 +43,28 @@ def test_every_namespace_belongs_to_exactly_one_shard_the_same_in_every_process(
 def test_one_shard_owns_everything_and_keeps_the_lease_name():
     assert Scope().owns_namespace("anything") and Scope().lease_name("metalclaim-controller") == "metalclaim-controller"
     assert Scope(shard=(1, 3)).lease_name("metalclaim-controller") == "metalclaim-controller-shard-1-of-3"
+
+
+def test_the_tenants_side_is_opt_in():
+    from metalclaim.controller.scope import DEFAULT_SIDES, TENANTS, Scope, parse_sides
+
+    assert TENANTS not in Scope().sides and TENANTS not in DEFAULT_SIDES
+    assert parse_sides("claims,tenants") == ("claims", "tenants")
+
+
+def test_subjects_parse_or_are_refused():
+    from metalclaim.controller.scope import parse_subject
+
+    assert parse_subject("user:metalclaim-controller") == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "User",
+        "name": "metalclaim-controller",
+    }
+    assert parse_subject("serviceaccount:metalclaim-system:metalclaim-controller") == {
+        "kind": "ServiceAccount",
+        "namespace": "metalclaim-system",
+        "name": "metalclaim-controller",
+    }
+    for bad in ("robot:x", "user:", "serviceaccount:only-namespace"):
+        with pytest.raises(ValueError):
+            parse_subject(bad)
