@@ -8,6 +8,10 @@ DEVENV_DIR ?= .devenv
 HOSTS ?= 4
 # The older ansible-core releases of the supported range (meta/runtime.yml), exact: the .venv has the newest.
 ANSIBLE_MATRIX ?= 2.17.14 2.18.19
+# pytest-xdist workers: each runs whole files (--dist loadfile) against a devenv of its own. Most tests wait on
+# processes and the API server, so two workers keep two cores busy where one left them half idle.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
 BENCH_DIR ?= .bench-devenv
 BENCH_OUT ?= bench/out
 BENCH_ARGS ?=
@@ -65,7 +69,7 @@ unit: setup
 	$(PY) -m pytest tests/unit -q
 
 integration: setup controlplane
-	$(PY) -m pytest tests/integration -q
+	$(PY) -m pytest $(PYTEST_PARALLEL) tests/integration -q
 
 build: setup
 	rm -rf build && mkdir -p build
@@ -89,7 +93,7 @@ molecule: setup controlplane
 	$(VENV)/bin/molecule test --all  # molecule/*: default (the install role), hostclaim_hosts, _policy, _reconcile
 
 test: lint sanity matrix controlplane molecule
-	$(PY) -m pytest tests/unit tests/integration
+	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=25 tests/unit tests/integration
 
 # Figures, never pass/fail, and not part of `make test`: its own devenv, sizes in BENCH_ARGS (see bench/run.py --help).
 bench: setup controlplane

@@ -1,4 +1,5 @@
-"""One devenv (real etcd, kube-apiserver, kube-controller-manager, Redfish fleet) per session.
+"""One devenv (real etcd, kube-apiserver, kube-controller-manager, Redfish fleet) per session: with
+pytest-xdist (`make test`), one per worker, each worker running whole files (--dist loadfile).
 
 Set METALCLAIM_DEVENV=<dir> to reuse an environment started with
 `python -m metalclaim.devenv up --dir <dir>` (faster when iterating).
