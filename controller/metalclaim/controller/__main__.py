@@ -92,6 +92,12 @@ def parser() -> argparse.ArgumentParser:
     add("--media-dir", "media server directory (config drives)", "")
     add("--media-url", "media server URL as BMCs reach it", "")
     add(
+        "--provision-max-concurrent",
+        "hosts provisioning or deprovisioning at once across the fleet; 0: the provision role's default",
+        0,
+        int,
+    )
+    add(
         "--watch-secrets",
         "watch Secrets' metadata in each namespace holding claims (false: tenant Secret edits are seen at resync)",
         "true",
@@ -148,6 +154,8 @@ def main(argv=None) -> int:
         parser().error(f"--runner-slots {args.runner_slots}: 0 (from the CPU limit) or more")
     if args.mode == "per-event" and args.standby:
         parser().error("--standby works in batch mode only (per-event is the baseline without it)")
+    if args.provision_max_concurrent < 0:
+        parser().error(f"--provision-max-concurrent {args.provision_max_concurrent}: a count of hosts, 0 or more")
     if not 0 < args.standby_max_age < JOB_TIMEOUT / 2:
         parser().error(f"--standby-max-age {args.standby_max_age}: seconds, below half a run's limit ({JOB_TIMEOUT} s)")
     batching = {
@@ -186,6 +194,7 @@ def main(argv=None) -> int:
         scope=scope,
         namespace_selector=args.namespace_selector,
         deploy_iso_url=args.deploy_iso_url,
+        provision_max_concurrent=args.provision_max_concurrent,
         media_dir=args.media_dir,
         media_url=args.media_url,
         watch_secrets=args.watch_secrets,

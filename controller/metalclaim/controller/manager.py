@@ -55,6 +55,7 @@ class Settings:
     deploy_iso_url: str = ""
     media_dir: str = ""
     media_url: str = ""
+    provision_max_concurrent: int = 0  # 0: the provision role's default
     watch_secrets: bool = True  # Secrets' metadata in namespaces holding claims; False: seen at resync only
     standby: bool = False  # claim batches go to a reconcile run started ahead (see standby.py)
     standby_max_age: float = 300.0  # seconds an idle standby run waits before it is recycled
@@ -196,6 +197,8 @@ class Controller:
         for option in ("deploy_iso_url", "media_dir", "media_url"):
             if getattr(self.settings, option):
                 extravars[f"hostclaim_provision_{option}"] = getattr(self.settings, option)
+        if self.settings.provision_max_concurrent:
+            extravars["hostclaim_provision_max_concurrent"] = self.settings.provision_max_concurrent
         return collection.playbook("provision"), extravars
 
     def _run_batch(self, keys: list, slot: int) -> None:
