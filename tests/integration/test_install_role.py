@@ -25,7 +25,11 @@ def test_install_is_idempotent_for_a_cluster_admin(devenv, tmp_path):
 def test_install_can_leave_metal3_crds_to_metal3(devenv, tmp_path):
     results = run_playbook(tmp_path, PLAYBOOK, devenv.kubeconfig("admin"), {"hostclaim_install_metal3_crds": False})
     applied = [item["item"] for r in results for item in r.get("results", []) if r["task"].startswith("Apply the CRDs")]
-    assert applied == ["metal3.io_hostclaims.yaml", "metal3.io_hostdeploypolicies.yaml"]
+    assert applied == [
+        "metal3.io_hostclaims.yaml",
+        "metal3.io_hostdeploypolicies.yaml",
+        "tenancy.metalclaim.io_tenants.yaml",
+    ]
 
 
 def test_infra_team_cannot_install_crds(devenv, tmp_path):
@@ -63,6 +67,7 @@ def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
         assert _applied_crds(results) == [
             "metal3.io_hostclaims.yaml",
             "metal3.io_hostdeploypolicies.yaml",
+            "tenancy.metalclaim.io_tenants.yaml",
             "metal3.io_hardwaredata.yaml",  # metalclaim's own: still applied
         ]
         [notice] = [
