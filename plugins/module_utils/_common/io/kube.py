@@ -311,6 +311,29 @@ class Kube:
         # The same, by (verb, kind, namespace or None): which objects were read or written where.
         self.requests: collections.Counter = collections.Counter()
 
+    @classmethod
+    def from_kubeconfig_dict(cls, kubeconfig: dict, request_timeout: float = 30) -> Kube:
+        """A client from a kubeconfig dict alone: no K8S_AUTH_* variable, file or in-cluster account is consulted
+        (a remote claim's kubeconfig, _remote/pure/kubeconfig.py, is the only authority there)."""
+        kube = cls.__new__(cls)
+        configuration = kube_client.Configuration()
+        try:
+            kube_config.load_kube_config_from_dict(config_dict=kubeconfig, client_configuration=configuration)
+            configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, WRITERS)
+            kube._dynamic = DynamicClient(kube_client.ApiClient(configuration))
+        except TRANSPORT_ERRORS as error:
+            raise KubeError(f"no answer from the API server ({type(error).__name__})") from error
+        except ApiException as error:
+            raise KubeError(f"discovery refused: {error.status} {error.reason}") from error
+        except kube_config.ConfigException as error:
+            raise KubeConfigError(f"the kubeconfig cannot be loaded ({type(error).__name__})") from error
+        kube._timeout = request_timeout
+        kube._resources = {}
+        kube._resources_lock = threading.Lock()
+        kube.calls = collections.Counter()
+        kube.requests = collections.Counter()
+        return kube
+
     def _count(self, verb: str, kind: str = "", namespace: str | None = None) -> None:
         with self._resources_lock:  # bmh_redfish's workers share this client
             self.calls[verb] += 1

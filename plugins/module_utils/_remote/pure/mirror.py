@@ -1,0 +1,260 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A remote HostClaim: the local claim (kind remote) mirrored into the hardware cluster. Pure.
+
+What crosses, and which way (the contract, in docs/remote.md):
+
+local -> remote
+  spec: online (poweredOn read as its alias), image, hostSelector, customDeploy, failureDomain; kind is
+  spec.remote.kind (default baremetal); userData/metaData/networkData point at copies beside the remote
+  claim, ``<name>-userdata`` etc. Not consumerRef (it names a local object).
+  annotations: ``reboot.metal3.io/<key>`` mirrored exactly; the one-shot ``reboot.metal3.io`` moved
+  (put on the remote claim, then dropped locally, as the claim layer moves it to a host).
+  Nothing else of the tenant's labels or annotations: they may carry workload-cluster internals.
+  Ours: annotation MIRROR_OF (the local claim's uid) on the remote claim and its Secret copies, label
+  MANAGED_BY: what proves a remote object is ours (a remote claim of the same name without it is
+  someone else's: RemoteNameTaken, never overwritten nor deleted).
+
+remote -> local
+  status: every condition but Ready (Association, Provisioned, Synchronization as the hardware cluster's
+  claim layer writes them), poweredOn, hostUID, hardware; Ready recomputed here, over those and ours
+  (RemoteCluster, Mirrored). Not hardwareData: it names a host in a namespace of another cluster, nothing
+  a local client can read; the Host column stays empty and the remote claim's name is the local one.
+  metadata: exactly the keys the hardware cluster copied onto the remote claim (its metadataCopy, listed in
+  its ``metalclaim.io/copied-metadata``), recorded locally the same way so they are updated and removed,
+  never a key the tenant set itself.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import (
+    CopyRules,
+    copied_record,
+    metadata_plan,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
+    desired_status,
+    status_patch,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
+    API_VERSION,
+    DATA_ROLES,
+    REBOOT_ANNOTATION,
+)
+
+REMOTE_KIND = "remote"
+DEFAULT_REMOTE_KIND = "baremetal"
+# Our finalizer on the local claim: the remote claim is deleted, and gone, before the local one goes.
+FINALIZER = "metalclaim.io/remote"
+MIRROR_OF = "metalclaim.io/mirror-of"  # on remote objects: the local claim's uid
+MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGER = "metalclaim-remote"
+COPY_OF_LABEL = "metalclaim.io/mirror-of-claim"  # on remote Secret copies: the remote claim's name
+
+# Conditions of a remote claim, besides those the hardware cluster's claim layer writes.
+REMOTE_CLUSTER = "RemoteCluster"
+MIRRORED = "Mirrored"
+# Reasons.
+REACHABLE = "Reachable"
+UNREACHABLE = "Unreachable"
+NOT_CONTACTED = "NotContacted"
+SYNCED = "RemoteClaimSynced"
+DELETING = "RemoteClaimDeleting"
+NAME_TAKEN = "RemoteNameTaken"
+FORBIDDEN = "RemoteForbidden"
+QUOTA_EXCEEDED = "RemoteQuotaExceeded"
+REFUSED = "RemoteRefused"
+REMOTE_ERROR = "RemoteError"
+DATA_SECRET = "DataSecretRefused"
+
+MIRRORED_SPEC = ("image", "hostSelector", "customDeploy", "failureDomain")
+# Every remote spec field this mirror decides (set or removes); others are left as the hardware cluster has them.
+MANAGED_SPEC = (*MIRRORED_SPEC, "online", "poweredOn", "kind", *DATA_ROLES)
+STATUS_COPIED = ("poweredOn", "hostUID", "hardware")
+STATUS_LEFT_OUT = ("hardwareData",)
+
+
+def is_remote(claim: dict) -> bool:
+    return ((claim.get("spec") or {}).get("kind") or "") == REMOTE_KIND
+
+
+def remote_settings(claim: dict) -> dict:
+    return (claim.get("spec") or {}).get("remote") or {}
+
+
+def copy_name(remote_name: str, role: str) -> str:
+    return f"{remote_name}-{role.lower()}"
+
+
+def is_ours(remote: dict | None, local: dict) -> bool:
+    annotations = ((remote or {}).get("metadata") or {}).get("annotations") or {}
+    return bool(local["metadata"].get("uid")) and annotations.get(MIRROR_OF) == local["metadata"]["uid"]
+
+
+def _reboots(annotations: dict) -> dict:
+    return {k: v for k, v in annotations.items() if k.startswith(REBOOT_ANNOTATION + "/")}
+
+
+def desired_remote_spec(local: dict) -> dict:
+    spec = local.get("spec") or {}
+    desired = {name: copy.deepcopy(spec[name]) for name in MIRRORED_SPEC if spec.get(name) is not None}
+    online = spec.get("online", spec.get("poweredOn"))
+    if online is not None:
+        desired["online"] = online
+    desired["kind"] = remote_settings(local).get("kind") or DEFAULT_REMOTE_KIND
+    name = local["metadata"]["name"]
+    for role in DATA_ROLES:
+        if (spec.get(role) or {}).get("name"):
+            desired[role] = {"name": copy_name(name, role)}
+    return desired
+
+
+def remote_claim_plan(local: dict, existing: dict | None, namespace: str) -> tuple[dict | None, dict]:
+    """(the remote claim to write, or None when it already is as wanted; the local annotations afterwards).
+
+    `existing` must be ours (is_ours) or None.
+    """
+    local_annotations = dict(local["metadata"].get("annotations") or {})
+    if existing is None:
+        remote = {
+            "apiVersion": API_VERSION,
+            "kind": "HostClaim",
+            "metadata": {
+                "name": local["metadata"]["name"],
+                "namespace": namespace,
+                "labels": {MANAGED_BY: MANAGER},
+                "annotations": {MIRROR_OF: local["metadata"]["uid"]},
+            },
+            "spec": {},
+        }
+    else:
+        remote = copy.deepcopy(existing)
+    meta = remote["metadata"]
+    annotations = {
+        k: v for k, v in (meta.get("annotations") or {}).items() if not k.startswith(REBOOT_ANNOTATION + "/")
+    }
+    annotations.update(_reboots(local_annotations))
+    if REBOOT_ANNOTATION in local_annotations:  # one-shot: moved, as the claim layer moves it to a host
+        annotations[REBOOT_ANNOTATION] = local_annotations.pop(REBOOT_ANNOTATION)
+    meta["annotations"] = annotations
+    spec = {k: v for k, v in (remote.get("spec") or {}).items() if k not in MANAGED_SPEC}
+    spec.update(desired_remote_spec(local))
+    remote["spec"] = spec
+    if existing is not None and remote == existing:
+        return None, local_annotations
+    return remote, local_annotations
+
+
+def data_copy(local: dict, role: str, source: dict, namespace: str) -> dict:
+    """The Secret beside the remote claim holding a copy of the tenant's data Secret for `role`."""
+    remote_name = local["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": copy_name(remote_name, role),
+            "namespace": namespace,
+            "labels": {MANAGED_BY: MANAGER, COPY_OF_LABEL: remote_name},
+            "annotations": {MIRROR_OF: local["metadata"]["uid"]},
+        },
+        "data": dict(source.get("data") or {}),
+    }
+
+
+def copy_needs_write(wanted: dict, existing: dict | None) -> bool:
+    if existing is None:
+        return True
+    meta, wanted_meta = existing.get("metadata") or {}, wanted["metadata"]
+    return (
+        (existing.get("data") or {}) != wanted["data"]
+        or any((meta.get("labels") or {}).get(k) != v for k, v in wanted_meta["labels"].items())
+        or (meta.get("annotations") or {}).get(MIRROR_OF) != wanted_meta["annotations"][MIRROR_OF]
+    )
+
+
+def cross_namespace(local: dict, role: str) -> str:
+    """Why the `role` reference may not even be read ('' when it may): a Secret of another namespace."""
+    ref = (local.get("spec") or {}).get(role) or {}
+    namespace = local["metadata"]["namespace"]
+    if ref.get("namespace", namespace) != namespace:
+        return f"spec.{role}.namespace {ref['namespace']!r}: only Secrets in the claim's namespace may be used"
+    return ""
+
+
+def data_refusal(local: dict, role: str, source: dict | None) -> str:
+    """Why the tenant's `role` Secret, as read from the claim's namespace, cannot be copied across ('' when it can)."""
+    ref = (local.get("spec") or {}).get(role) or {}
+    namespace = local["metadata"]["namespace"]
+    if source is None:
+        return f"spec.{role}: Secret {ref.get('name')!r} does not exist in namespace {namespace!r}"
+    if (source.get("type") or "Opaque") != "Opaque":
+        return f"spec.{role}: Secret {ref.get('name')!r} is of type {source.get('type')!r}; only Opaque is copied"
+    return ""
+
+
+def refusal_reason(server_message: str) -> str:
+    """The Mirrored reason for a write the hardware cluster refused (403/422)."""
+    if "exceeded quota" in server_message:
+        return QUOTA_EXCEEDED
+    if "forbidden" in server_message.lower() and "cannot" in server_message:
+        return FORBIDDEN
+    return REFUSED
+
+
+def metadata_from_remote(local: dict, remote: dict | None) -> tuple[dict, dict]:
+    """(local labels, local annotations) with the keys the hardware cluster copied onto the remote claim mirrored."""
+    meta = local["metadata"]
+    if remote is None:
+        rules = CopyRules()
+        source_labels, source_annotations = {}, {}
+    else:
+        remote_meta = remote.get("metadata") or {}
+        source_labels = remote_meta.get("labels") or {}
+        source_annotations = remote_meta.get("annotations") or {}
+        record = copied_record(source_annotations)
+        rules = CopyRules(
+            labels=[re.compile(re.escape(k)) for k in sorted(record["labels"])],
+            annotations=[re.compile(re.escape(k)) for k in sorted(record["annotations"])],
+        )
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    return metadata_plan(labels, annotations, source_labels, source_annotations, rules)
+
+
+def local_status(
+    local: dict, remote: dict | None, reachable: tuple[str, str, str], mirrored: tuple[str, str, str], timestamp: str
+) -> dict:
+    """The local claim's whole status: the remote claim's (as last seen when it is not reachable) and ours.
+
+    `remote` None while reachable: there is none (yet, or any more); unreachable: keep what was copied before.
+    """
+    current = copy.deepcopy(local.get("status") or {})
+    conditions = current.get("conditions") or []
+    updates: dict = {name: None for name in STATUS_LEFT_OUT}
+    if remote is not None or reachable[0] == "True":
+        remote_status = (remote or {}).get("status") or {}
+        copied = [c for c in remote_status.get("conditions") or [] if c.get("type") not in (cond.READY,)]
+        kept = [
+            c for c in conditions if c.get("type") in (REMOTE_CLUSTER, MIRRORED, cond.READY)
+        ]  # Ready: its transition time
+        conditions = kept + [_copied_condition(c, local) for c in copied]
+        for name in STATUS_COPIED:
+            updates[name] = copy.deepcopy(remote_status.get(name))
+    base = {**local, "status": {**current, "conditions": conditions}}
+    wanted = [(REMOTE_CLUSTER, *reachable), (MIRRORED, *mirrored)]
+    return desired_status(base, updates, wanted, timestamp)
+
+
+def _copied_condition(condition: dict, local: dict) -> dict:
+    copied = {k: condition[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in condition}
+    copied.setdefault("lastTransitionTime", "1970-01-01T00:00:00Z")
+    copied["observedGeneration"] = local["metadata"].get("generation", 0)
+    return copied
+
+
+def status_changes(local: dict, wanted: dict) -> dict | None:
+    return status_patch(local, wanted)
