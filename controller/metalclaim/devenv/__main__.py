@@ -1,4 +1,4 @@
-"""python -m metalclaim.devenv up|status|down --dir DIR [--hosts N]"""
+"""python -m metalclaim.devenv up|status|down --dir DIR [--hosts N | --vms N]"""
 
 from __future__ import annotations
 
@@ -19,7 +19,12 @@ def summary(env: Devenv) -> str:
         + (f", started in {state['startup_seconds']}s" if "startup_seconds" in state else ""),
         f"  apiserver  {state['apiserver']}",
     ]
-    if "redfish" in state:
+    if "vms" in state:
+        lines.append(f"  redfish    {state['redfish']['endpoint']} ({len(state['vms']['systems'])} VMs, basic auth)")
+        lines.append(f"  media      {state['vms']['media_url']} (as guests see it; dir {state['vms']['media_dir']})")
+        lines.append(f"  images     {state['vms']['images_url']} (as guests see it; dir {state['vms']['images_dir']})")
+        lines += [f"  serial     {s['name']}: {s['serial_log']}" for s in state["vms"]["systems"]]
+    elif "redfish" in state:
         lines.append(f"  redfish    {state['redfish']['endpoint']} ({state['fleet_size']} systems, basic auth)")
     lines.append(
         "  processes  " + ", ".join(f"{name}={'up' if alive(pid) else 'DOWN'}" for name, pid in env.processes().items())
@@ -36,13 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=("up", "status", "down"))
     parser.add_argument("--dir", type=Path, default=Path(".devenv"), help="where state, logs and certs live")
     parser.add_argument("--hosts", type=int, default=4, help="emulated Redfish systems (and BareMetalHosts)")
+    parser.add_argument("--vms", type=int, default=0, help="real VMs (libvirt, QEMU) instead of emulated systems")
     parser.add_argument("--no-register", action="store_true", help="start the systems without creating BareMetalHosts")
     parser.add_argument("--bare", action="store_true", help="only the control plane: no CRDs, RBAC or fleet")
     parser.add_argument("--json", action="store_true", help="print the state file instead of a summary")
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
-            env = Devenv.up(args.dir, args.hosts, register=not args.no_register, bare=args.bare)
+            env = Devenv.up(args.dir, args.hosts, register=not args.no_register, bare=args.bare, vm_count=args.vms)
         else:
             env = Devenv.load(args.dir.resolve())
             if env is None:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import REPO_ROOT, redfish
+from . import REPO_ROOT, redfish, vms
 from .controlplane import IDENTITIES, ControlPlane, build_binaries
 from .processes import DevenvError, alive, free_port, stop_process_group
 
@@ -82,12 +82,14 @@ class Devenv:
 
     # -- lifecycle ----------------------------------------------------------
     @classmethod
-    def up(cls, directory: Path, hosts: int, register: bool = True, bare: bool = False) -> Devenv:
-        """Start (or reuse) an environment; `bare` stops after the control plane (no CRDs, RBAC, fleet)."""
+    def up(cls, directory: Path, hosts: int, register: bool = True, bare: bool = False, vm_count: int = 0) -> Devenv:
+        """Start (or reuse) an environment; `bare` stops after the control plane (no CRDs, RBAC, fleet).
+
+        `vm_count` > 0: the fleet is that many real VMs (metalclaim.devenv.vms) instead of `hosts` fake systems."""
         directory = directory.resolve()
         existing = cls.load(directory)
         if existing is not None:
-            if existing.healthy() and existing.state.get("fleet_size") == hosts:
+            if existing.healthy() and existing.state.get("fleet_size") == hosts and existing.vm_count == vm_count:
                 progress(f"already running in {directory}")
                 return existing
             progress("found a stopped, broken or differently sized environment: replacing it")
@@ -111,7 +113,9 @@ class Devenv:
             if not bare:
                 progress("installing CRDs, RBAC and admission policies")
                 env._install()
-            if hosts and not bare:
+            if vm_count and not bare:
+                env._start_vms(vm_count, register)
+            elif hosts and not bare:
                 progress(f"starting the Redfish emulator with {hosts} systems")
                 fleet = redfish.start_fleet(directory / "redfish", hosts, free_port())
                 env.state["pids"]["redfish"] = fleet.pid
@@ -136,7 +140,43 @@ class Devenv:
             raise
         return env
 
+    @property
+    def vm_count(self) -> int:
+        return len(self.state.get("vms", {}).get("systems", []))
+
+    def _start_vms(self, count: int, register: bool) -> None:
+        progress(f"starting {count} VMs behind sushy-tools' libvirt driver")
+        root = self.directory / "vms"
+        fleet = vms.start_vm_fleet(root, count, progress=progress)
+        self.state["pids"].update({f"vm-{name}": pid for name, pid in fleet.pids.items()})
+        password_file = root / "bmc-password"
+        password_file.write_text(fleet.password)
+        password_file.chmod(0o600)
+        # The same shape as the fake fleet's: whatever drives hosts from the state file drives VMs alike.
+        self.state["redfish"] = {
+            "endpoint": fleet.endpoint,
+            "username": fleet.username,
+            "password_file": str(password_file),
+            "systems": [{k: getattr(s, k) for k in ("name", "uuid", "boot_mac", "address")} for s in fleet.systems],
+            "log": str(root / "redfish.log"),
+        }
+        self.state["vms"] = {
+            "root": str(root),
+            "libvirt_uri": fleet.libvirt_uri,
+            "media_dir": fleet.media_dir,
+            "media_url": fleet.media_url,
+            "images_dir": fleet.images_dir,
+            "images_url": fleet.images_url,
+            "systems": [s.__dict__ for s in fleet.systems],
+        }
+        self.save()
+        if register:
+            progress(f"registering {count} BareMetalHosts in {INFRA_NAMESPACE} as infra")
+            self.apply("infra", host_inventory(fleet, boot_mode="UEFI"))
+
     def down(self) -> None:
+        if "vms" in self.state:  # QEMUs run in sessions of their own: stopped first, before libvirtd
+            vms.stop_guests(Path(self.state["vms"]["root"]))
         for name, pid in reversed(list(self.processes().items())):
             if alive(pid):
                 progress(f"stopping {name} (pid {pid})")
@@ -221,7 +261,7 @@ def role_binding(name: str, ns: str, cluster_role: str, user: str) -> dict:
     }
 
 
-def host_inventory(fleet: redfish.RedfishFleet) -> list[dict]:
+def host_inventory(fleet: redfish.RedfishFleet | vms.VmFleet, boot_mode: str = "UEFI") -> list[dict]:
     """One BMC Secret and one BareMetalHost per emulated system, as an infra team writes them.
 
     Hosts alternate between the guide's `infra-kind: medium` and `large`, and two zones,
@@ -255,7 +295,7 @@ def host_inventory(fleet: redfish.RedfishFleet) -> list[dict]:
                 "spec": {
                     "online": False,
                     "bootMACAddress": system.boot_mac,
-                    "bootMode": "UEFI",
+                    "bootMode": boot_mode,
                     "bmc": {"address": system.address, "credentialsName": secret},
                 },
             }

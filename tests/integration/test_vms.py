@@ -1,0 +1,118 @@
+"""The provisioner on real VMs: libvirtd + QEMU (TCG) behind sushy-tools' libvirt driver (metalclaim.devenv.vms).
+
+One VM for the module (VMs are heavy; the 2 cores are shared), its own control plane and namespaces, so the file
+runs alone or beside others. The tests run in order on that VM: registration and inspection, then a live ISO.
+If the VM environment cannot start, every test fails with the reason: never a skip.
+Each phase's duration is printed on stderr (pytest -s not needed) and written to <devenv>/vm-phases.json.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import config as kube_config
+from kubernetes.dynamic import DynamicClient
+
+from metalclaim.devenv import vms
+from metalclaim.devenv.env import Devenv, role_binding
+from metalclaim.devenv.images import build_marker_iso
+from metalclaim.devenv.processes import DevenvError
+from tests.site import Site, settle
+from tests.support import eventually
+
+HOST = "vm-0"
+LIVE_ISO_MARKER = "metalclaim-live-iso-marker-7f3c"
+
+
+class Phases:
+    def __init__(self, path: Path):
+        self.path = path
+        self.seconds: dict[str, float] = {}
+
+    def record(self, name: str, started: float) -> None:
+        self.seconds[name] = round(time.monotonic() - started, 1)
+        print(f"[vm-phase] {name}: {self.seconds[name]}s", file=sys.__stderr__, flush=True)
+        self.path.write_text(json.dumps(self.seconds, indent=2) + "\n")
+
+
+@pytest.fixture(scope="module")
+def vm_env(tmp_path_factory):
+    started = time.monotonic()
+    try:
+        env = Devenv.up(tmp_path_factory.mktemp("vms") / "env", 0, register=False, vm_count=1)
+    except DevenvError as error:
+        pytest.fail(f"the VM environment cannot start on this machine: {error}")
+    try:
+        env.state["phases"] = Phases(env.directory / "vm-phases.json")
+        env.state["phases"].record("environment up (control plane, libvirtd, emulator)", started)
+        yield env
+    finally:
+        env.state.pop("phases", None)
+        env.down()
+
+
+@pytest.fixture(scope="module")
+def site(vm_env, tmp_path_factory):
+    clients = {
+        identity: DynamicClient(kube_config.new_client_from_config(config_file=vm_env.kubeconfig(identity)))
+        for identity in vm_env.state["kubeconfigs"]
+    }
+    site = Site(vm_env, clients, tmp_path_factory.mktemp("vm-site"))
+    vm_env.apply("admin", [role_binding("infra", site.namespace, "metalclaim-infra", "infra")])  # the infra team's
+    yield site
+    site.cleanup()
+
+
+def vm(vm_env) -> dict:
+    return vm_env.state["vms"]["systems"][0]
+
+
+def serial_text(vm_env) -> str:
+    path = Path(vm(vm_env)["serial_log"])
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def test_a_vm_is_registered_and_inspected_as_libvirt_reports_it(vm_env, site):
+    started = time.monotonic()
+    site.host(HOST, 0)
+    host = settle(site, HOST, "available")
+    vm_env.state["phases"].record("register + inspect", started)
+    hardware = site.api("HardwareData").get(name=HOST, namespace=site.namespace).to_dict()["spec"]["hardware"]
+    assert hardware["cpu"]["count"] == 1
+    assert hardware["ramMebibytes"] == vms.VM_MEMORY_MIB
+    assert [nic["mac"] for nic in hardware["nics"]] == [vm(vm_env)["boot_mac"]]
+    assert [disk["sizeBytes"] for disk in hardware["storage"]] == [vms.VM_DISK_BYTES]
+    assert host["status"]["hardware"]["ramMebibytes"] == vms.VM_MEMORY_MIB
+    # What an infra team sees with kubectl.
+    table = vm_env.kubectl("infra", "get", "hardwaredata", "-n", site.namespace).stdout
+    header, row = table.splitlines()[:2]
+    columns = dict(zip(header.split(), row.split(), strict=True))
+    assert columns["CPUS"] == "1" and columns["RAM-MIB"] == str(vms.VM_MEMORY_MIB), table
+
+
+def test_a_live_iso_boots_and_prints_its_marker_on_the_serial_console(vm_env, site):
+    iso = build_marker_iso(LIVE_ISO_MARKER)
+    shutil.copy(iso, Path(vm_env.state["vms"]["images_dir"]) / "live.iso")
+    assert LIVE_ISO_MARKER not in serial_text(vm_env)
+    started = time.monotonic()
+    site.api("BareMetalHost").patch(
+        body={
+            "spec": {
+                "online": True,
+                "image": {"url": f"{vm_env.state['vms']['images_url']}/live.iso", "format": "live-iso"},
+            }
+        },
+        name=HOST,
+        namespace=site.namespace,
+        content_type="application/merge-patch+json",
+    )
+    host = settle(site, HOST, "provisioned")
+    assert host["status"]["poweredOn"] is True
+    vm_env.state["phases"].record("live-iso: provisioned", started)
+    eventually(lambda: LIVE_ISO_MARKER in serial_text(vm_env), timeout=120, interval=1, message="the live ISO's marker")
+    vm_env.state["phases"].record("live-iso: marker on serial", started)
