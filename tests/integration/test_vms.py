@@ -3,7 +3,7 @@
 One VM for the module (VMs are heavy; the 2 cores are shared), its own control plane and namespaces, so the file
 runs alone or beside others. The tests run in order on that VM: registration and inspection, then a live ISO.
 If the VM environment cannot start, every test fails with the reason: never a skip.
-Each phase's duration is printed on stderr (pytest -s not needed) and written to <devenv>/vm-phases.json.
+Each phase's duration is printed on stderr (shown with pytest's capture on) and written to <devenv>/vm-phases.json.
 """
 
 from __future__ import annotations
@@ -30,25 +30,28 @@ LIVE_ISO_MARKER = "metalclaim-live-iso-marker-7f3c"
 
 
 class Phases:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, capture):
         self.path = path
+        self.capture = capture  # pytest's capture manager: the figures are shown even when the tests pass
         self.seconds: dict[str, float] = {}
 
     def record(self, name: str, started: float) -> None:
         self.seconds[name] = round(time.monotonic() - started, 1)
-        print(f"[vm-phase] {name}: {self.seconds[name]}s", file=sys.__stderr__, flush=True)
+        with self.capture.global_and_fixture_disabled():
+            print(f"\n[vm-phase] {name}: {self.seconds[name]}s", file=sys.stderr, flush=True)
         self.path.write_text(json.dumps(self.seconds, indent=2) + "\n")
 
 
 @pytest.fixture(scope="module")
-def vm_env(tmp_path_factory):
+def vm_env(tmp_path_factory, pytestconfig):
     started = time.monotonic()
     try:
         env = Devenv.up(tmp_path_factory.mktemp("vms") / "env", 0, register=False, vm_count=1)
     except DevenvError as error:
         pytest.fail(f"the VM environment cannot start on this machine: {error}")
     try:
-        env.state["phases"] = Phases(env.directory / "vm-phases.json")
+        capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+        env.state["phases"] = Phases(env.directory / "vm-phases.json", capture)
         env.state["phases"].record("environment up (control plane, libvirtd, emulator)", started)
         yield env
     finally:

@@ -318,7 +318,8 @@ def start_vm_fleet(root: Path, count: int, username: str = "admin", progress=pri
 
 def qemu_pids(root: Path) -> list[int]:
     pids = []
-    for pid_file in (root / "run" / "qemu").glob("*.pid"):
+    # Only the domains' files: libvirt's QEMU driver keeps its own (driver.pid, libvirtd's pid) beside them.
+    for pid_file in (root / "run" / "qemu").glob(f"{VM_PREFIX}-*.pid"):
         try:
             pids.append(int(pid_file.read_text().strip()))
         except (OSError, ValueError):
