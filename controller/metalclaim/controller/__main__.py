@@ -79,6 +79,12 @@ def parser() -> argparse.ArgumentParser:
         "tenants (tenant.yml: Tenants' namespaces, RoleBindings, quotas, policies; opt-in)",
         ",".join(DEFAULT_SIDES),
     )
+    add(
+        "--kinds",
+        "comma-separated claim kinds (spec.kind) the claims side serves: baremetal (reconcile.yml: hosts of this "
+        "cluster), remote (remote.yml: mirrored into a hardware cluster); claims of other kinds are left alone",
+        "baremetal",
+    )
     add("--shard", "i/n: serve the claims and hosts whose namespace hashes to shard i of n (a Lease each)", "0/1")
     add("--namespace-selector", "label selector of the claim namespaces served (e.g. metalclaim.io/role=tenant)", "")
     add(
@@ -169,6 +175,12 @@ def main(argv=None) -> int:
         batching["runner_slots"] = args.runner_slots or os.cpu_count() or 1
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
     collection.import_path()
+    from . import mapper  # the claim kinds are the collection's names
+
+    try:
+        kinds = mapper.parse_kinds(args.kinds)
+    except ValueError as error:
+        parser().error(str(error))
     from kubernetes import config as kube_config
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -192,6 +204,7 @@ def main(argv=None) -> int:
         private_data_dir=Path(args.private_data_dir),
         keep_artifacts=args.keep_artifacts,
         scope=scope,
+        kinds=kinds,
         namespace_selector=args.namespace_selector,
         deploy_iso_url=args.deploy_iso_url,
         provision_max_concurrent=args.provision_max_concurrent,

@@ -29,7 +29,12 @@ from .workqueue import LIVE, RESYNC, WorkQueue
 
 COLLECTION = "metalclaim.hostclaim"
 TENANCY_API_VERSION = "tenancy.metalclaim.io/v1alpha1"
-PLAYBOOK_OF_GROUP = {mapper.CLAIM: "reconcile", mapper.HOST: "provision", mapper.TENANT: "tenant"}
+PLAYBOOK_OF_GROUP = {
+    mapper.CLAIM: "reconcile",
+    mapper.REMOTE: "remote",
+    mapper.HOST: "provision",
+    mapper.TENANT: "tenant",
+}
 IN_PROCESS = "hostclaim_reconcile_in_process"
 LOG = logging.getLogger("metalclaim.controller")
 
@@ -51,6 +56,7 @@ class Settings:
     keep_artifacts: int = 20  # per runner slot
     runner_slots: int = 1  # ansible-runner children running at once (each a dispatcher thread)
     scope: Scope = field(default_factory=Scope)  # sides (claims, provisioner) and shard
+    kinds: tuple = mapper.DEFAULT_KINDS  # claim kinds the claims side serves; others' claims are left alone
     namespace_selector: str = ""  # label selector of the claim namespaces served; empty: all
     deploy_iso_url: str = ""
     media_dir: str = ""
@@ -96,8 +102,14 @@ class Controller:
         # a namespace selector may narrow to tenant namespaces.
         self.infra_namespaces = Store()
         claims.add_index("secret", mapper.secret_refs)
+        # Claims a freed host may serve: baremetal ones only (a remote claim's hosts are in another cluster).
         claims.add_index(
-            "unbound", lambda c: [] if mapper.is_bound(c) or c["metadata"].get("deletionTimestamp") else [1]
+            "unbound",
+            lambda c: (
+                [1]
+                if mapper.is_baremetal(c) and not mapper.is_bound(c) and not c["metadata"].get("deletionTimestamp")
+                else []
+            ),
         )
         self.reflectors: list[Reflector] = []
         # Started as claims appear in a namespace; not part of readiness (a namespace the
@@ -123,22 +135,28 @@ class Controller:
             if self.serves(key):
                 self.queue.add(key, RESYNC if initial else LIVE)
 
-    def serves(self, key: tuple) -> bool:
-        """Whether this controller's side, shard and namespace selector cover a key."""
+    def serves(self, key: tuple | None) -> bool:
+        """Whether this controller's side, claim kinds, shard and namespace selector cover a key."""
+        if key is None:  # a claim of a kind no playbook of ours serves
+            return False
         scope = self.settings.scope
         kind, namespace, name = key
         if kind == mapper.TENANT:  # cluster-scoped: sharded by name
             return TENANTS in scope.sides and scope.owns_namespace(name)
         if kind == mapper.HOST:
             return PROVISIONER in scope.sides and scope.owns_namespace(namespace)
+        if mapper.CLAIM_KIND_OF_KEY[kind] not in self.settings.kinds:
+            return False
         if CLAIMS not in scope.sides or not scope.owns_namespace(namespace):
             return False
         # With a selector, the Namespace store holds only the selected namespaces.
         return not self.settings.namespace_selector or ("", namespace) in self.stores["Namespace"]
 
     def _on_claim(self, old, new, initial=False) -> None:
+        if not self.serves(mapper.claim_key(new or old)):  # another controller's kind (or shard): not a look
+            return
         self._observe_association(old, new)
-        if new is not None and self.settings.watch_secrets and self.serves(mapper.key_of(mapper.CLAIM, new)):
+        if new is not None and self.settings.watch_secrets:
             self._watch_secrets_in(new["metadata"]["namespace"])
         self._enqueue("HostClaim", mapper.claim_changed(old, new), initial)
 
@@ -169,9 +187,9 @@ class Controller:
     def _observe_association(self, old, new) -> None:
         """create -> Association=True, as a tenant watching the claim sees it (a histogram)."""
         if new is None:
-            self._started_at.pop(mapper.key_of(mapper.CLAIM, old), None)  # deleted before it was associated
+            self._started_at.pop(mapper.claim_key(old), None)  # deleted before it was associated
             return
-        key = mapper.key_of(mapper.CLAIM, new)
+        key = mapper.claim_key(new)
         conditions = {c.get("type"): c for c in (new.get("status") or {}).get("conditions") or []}
         associated = (conditions.get("Association") or {}).get("status") == "True"
         if old is None and not associated:
@@ -186,6 +204,8 @@ class Controller:
         if group == mapper.CLAIM:
             # The runs' localhost interpreter is ansible-playbook's own: no module process is needed.
             return collection.playbook("reconcile"), {"hostclaim_reconcile_claims": refs, IN_PROCESS: True}
+        if group == mapper.REMOTE:
+            return collection.playbook("remote"), {"hostclaim_remote_claims": refs}
         if group == mapper.TENANT:
             return collection.playbook("tenant"), {
                 "tenant_names": [name for _kind, _namespace, name in keys],
@@ -224,6 +244,8 @@ class Controller:
             found = outcomes.failed_run(keys, report.status)
         elif group == mapper.CLAIM:
             found = outcomes.claim_outcomes(keys, report.results.get(f"{COLLECTION}.hostclaim_reconcile", {}))
+        elif group == mapper.REMOTE:
+            found = outcomes.remote_outcomes(keys, report.results.get(f"{COLLECTION}.hostclaim_remote", {}))
         elif group == mapper.TENANT:
             found = outcomes.tenant_outcomes(keys, report.results.get(f"{COLLECTION}.tenant_reconcile", {}))
         else:
@@ -285,7 +307,7 @@ class Controller:
     def _resync(self) -> None:
         while not self.stop.wait(self.settings.resync_period):
             for claim in self.stores["HostClaim"].list():
-                key = mapper.key_of(mapper.CLAIM, claim)
+                key = mapper.claim_key(claim)
                 if self.serves(key):
                     self.queue.add(key, RESYNC)
             for host in self.stores["BareMetalHost"].list():
@@ -342,7 +364,10 @@ class Controller:
         settings, sides = self.settings, self.settings.scope.sides
         infra = settings.infra_namespaces or (None,)
         self.reflectors = []
-        if CLAIMS in sides or PROVISIONER in sides:
+        # Hosts and policies concern baremetal claims only: a claims side serving remote claims alone needs no
+        # right on them.
+        baremetal = CLAIMS in sides and mapper.BAREMETAL_KIND in settings.kinds
+        if baremetal or PROVISIONER in sides:
             self.reflectors += [self._reflector(API_VERSION, "BareMetalHost", self._on_host, ns) for ns in infra]
         if TENANTS in sides:
             self.reflectors.append(self._reflector(TENANCY_API_VERSION, "Tenant", self._on_tenant))
@@ -353,7 +378,10 @@ class Controller:
         if CLAIMS in sides:
             self.reflectors += [
                 self._reflector(API_VERSION, "HostClaim", self._on_claim),
-                *(self._reflector(API_VERSION, "HostDeployPolicy", self._on_policy, ns) for ns in infra),
+                *(
+                    self._reflector(API_VERSION, "HostDeployPolicy", self._on_policy, ns)
+                    for ns in (infra if baremetal else ())
+                ),
                 self._reflector(
                     "v1", "Namespace", self._on_namespace, label_selector=settings.namespace_selector or None
                 ),
@@ -423,6 +451,7 @@ class Controller:
         log(
             "started",
             controllers=list(sides),
+            kinds=list(settings.kinds),
             shard=f"{settings.scope.shard[0]}/{settings.scope.shard[1]}",
             namespace_selector=settings.namespace_selector,
             infra_namespaces=list(settings.infra_namespaces),

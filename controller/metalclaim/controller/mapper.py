@@ -6,14 +6,21 @@ the claim layer's annotations; a host's status and the provisioner's annotations
 provisioner side. So the controller's own writes never cause a run, while a tenant's spec
 edit, a provisioner's state change or an infra team's label always does.
 
-Keys are ("claim", namespace, name) for reconcile.yml and ("host", namespace, name) for
-provision.yml.
+Keys are ("claim", namespace, name) for reconcile.yml, ("remote", namespace, name) for remote.yml and
+("host", namespace, name) for provision.yml. A claim's `kind` (immutable) picks its key: a kind no playbook
+serves gets none, and the controller drops the keys of kinds it was not asked to serve (--kinds).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.binding import (
+    DEFAULT_CLAIM_KIND as BAREMETAL_KIND,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.binding import (
+    claim_kind,  # spec.kind, baremetal when unset
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     DATA_ROLES,
     DETACHED_ANNOTATION,
@@ -24,10 +31,18 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (
     PROVISIONER_ANNOTATION,  # who provisions a host (ours, or Metal3's BMO): a host annotation or namespace label
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.kubeconfig import secret_ref
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.mirror import REMOTE_KIND
 
 CLAIM = "claim"
 HOST = "host"
 TENANT = "tenant"  # ("tenant", "", name) for tenant.yml
+REMOTE = "remote"  # ("remote", namespace, name) for remote.yml: a claim mirrored into its hardware cluster
+# The key (so the playbook) of a claim of each kind; a kind not here is served by no playbook of ours.
+KEY_OF_CLAIM_KIND = {BAREMETAL_KIND: CLAIM, REMOTE_KIND: REMOTE}
+CLAIM_KIND_OF_KEY = {key: kind for kind, key in KEY_OF_CLAIM_KIND.items()}
+CLAIM_KINDS = tuple(KEY_OF_CLAIM_KIND)
+DEFAULT_KINDS = (BAREMETAL_KIND,)
 INSPECT_ANNOTATION = "inspect.metal3.io"
 # Host annotations the provisioner acts on (the ones it writes itself are left out).
 _HOST_REQUESTS = (PAUSED_ANNOTATION, DETACHED_ANNOTATION, INSPECT_ANNOTATION, PROVISIONER_ANNOTATION)
@@ -36,6 +51,30 @@ _HOST_REQUESTS = (PAUSED_ANNOTATION, DETACHED_ANNOTATION, INSPECT_ANNOTATION, PR
 def key_of(kind: str, obj: dict) -> tuple[str, str, str]:
     meta = obj["metadata"]
     return (kind, meta.get("namespace", ""), meta["name"])
+
+
+def parse_kinds(text: str) -> tuple[str, ...]:
+    """--kinds: the claim kinds this controller serves, each one a playbook of ours runs."""
+    kinds = tuple(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
+    unknown = [k for k in kinds if k not in KEY_OF_CLAIM_KIND]
+    if unknown or not kinds:
+        raise ValueError(f"--kinds {text!r}: a comma-separated list of {', '.join(CLAIM_KINDS)}")
+    return kinds
+
+
+def claim_key(claim: dict) -> tuple[str, str, str] | None:
+    """The key of a claim by its kind; None for a kind no playbook of ours serves (another controller's)."""
+    key_kind = KEY_OF_CLAIM_KIND.get(claim_kind(claim))
+    return None if key_kind is None else key_of(key_kind, claim)
+
+
+def is_baremetal(claim: dict) -> bool:
+    """Bound by the claim layer to a host of this cluster (hosts, policies and namespace labels concern it)."""
+    return claim_kind(claim) == BAREMETAL_KIND
+
+
+def _baremetal_keys(claims: list[dict]) -> list[tuple[str, str, str]]:
+    return sorted(key_of(CLAIM, claim) for claim in claims if is_baremetal(claim))
 
 
 def _meta(obj: dict | None) -> dict:
@@ -118,14 +157,19 @@ def is_bound(claim: dict) -> bool:
 
 
 def secret_refs(claim: dict) -> list[tuple[str, str]]:
-    """(namespace, name) of each data Secret a claim references (the claim layer refuses cross-namespace ones)."""
+    """(namespace, name) of each Secret a claim references: its data Secrets, and a remote claim's kubeconfig
+    (cross-namespace ones are refused in the run; indexed here all the same, as nothing is read)."""
     namespace = _meta(claim).get("namespace", "")
     spec = claim.get("spec") or {}
-    return [
+    refs = [
         ((spec[role] or {}).get("namespace") or namespace, spec[role]["name"])
         for role in DATA_ROLES
         if isinstance(spec.get(role), dict) and spec[role].get("name")
     ]
+    kubeconfig = secret_ref(claim) if claim_kind(claim) == REMOTE_KIND else {}
+    if kubeconfig.get("name"):
+        refs.append((kubeconfig.get("namespace") or namespace, kubeconfig["name"]))
+    return refs
 
 
 @dataclass
@@ -139,7 +183,8 @@ class Keys:
 def claim_changed(old: dict | None, new: dict | None) -> Keys:
     if claim_fingerprint(old) == claim_fingerprint(new):
         return Keys(dropped=True)
-    return Keys([key_of(CLAIM, new or old)])
+    key = claim_key(new or old)
+    return Keys([] if key is None else [key])
 
 
 def host_changed(old: dict | None, new: dict | None, unbound_claims: list[dict]) -> Keys:
@@ -151,22 +196,25 @@ def host_changed(old: dict | None, new: dict | None, unbound_claims: list[dict])
         keys += [k for k in dict.fromkeys((consumer_key(old), consumer_key(new))) if k is not None]
     if is_free(new) and not is_free(old):
         # Which waiting claims its namespace's policies admit is the claim layer's call, in the run.
-        keys += [key_of(CLAIM, claim) for claim in unbound_claims]
+        keys += _baremetal_keys(unbound_claims)
     return Keys(sorted(set(keys)), dropped=not keys)
 
 
 def policy_changed(old: dict | None, new: dict | None, claims: list[dict]) -> Keys:
-    """A policy's spec may admit waiting claims or refuse bound ones, anywhere: every claim is concerned."""
+    """A policy's spec may admit waiting claims or refuse bound ones, anywhere: every baremetal claim is concerned."""
     if (old or {}).get("spec") == (new or {}).get("spec") and bool(old) == bool(new):
         return Keys(dropped=True)
-    return Keys(sorted(key_of(CLAIM, claim) for claim in claims))
+    return Keys(_baremetal_keys(claims))
 
 
 def namespace_changed(old: dict | None, new: dict | None, claims_in_namespace: list[dict]) -> Keys:
-    """Namespace labels feed policies: the namespace's claims are concerned when they change."""
-    if _meta(old).get("labels") == _meta(new).get("labels") and bool(old) == bool(new):
+    """Namespace labels feed policies: the namespace's baremetal claims are concerned when they change. A namespace
+    appearing or going (in or out of the namespace selector) concerns all its claims."""
+    if bool(old) != bool(new):
+        return Keys(sorted(key for key in map(claim_key, claims_in_namespace) if key is not None))
+    if _meta(old).get("labels") == _meta(new).get("labels"):
         return Keys(dropped=True)
-    return Keys(sorted(key_of(CLAIM, claim) for claim in claims_in_namespace))
+    return Keys(_baremetal_keys(claims_in_namespace))
 
 
 def infra_namespace_changed(old: dict | None, new: dict | None, hosts_in_namespace: list[dict]) -> Keys:
@@ -181,7 +229,7 @@ def secret_changed(old: dict | None, new: dict | None, referencing_claims: list[
     """A tenant Secret, known by its metadata only: a new resourceVersion is a new content (we never write them)."""
     if _meta(old).get("resourceVersion") == _meta(new).get("resourceVersion"):
         return Keys(dropped=True)
-    return Keys(sorted(key_of(CLAIM, claim) for claim in referencing_claims))
+    return Keys(sorted(key for key in map(claim_key, referencing_claims) if key is not None))
 
 
 def tenant_changed(old: dict | None, new: dict | None) -> Keys:

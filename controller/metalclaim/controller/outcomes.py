@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .mapper import CLAIM, HOST, TENANT
+from .mapper import CLAIM, HOST, REMOTE, TENANT
 
 # A tenant waiting on a deletion stage (its claims' release, its namespaces' removal) is looked at again this soon.
 TENANT_REQUEUE_SECONDS = 2.0
@@ -76,4 +76,22 @@ def tenant_outcomes(keys, reconcile: dict) -> dict:
         key = (TENANT, "", entry["name"])
         if key in outcomes and entry.get("requeue"):
             outcomes[key] = Outcome(REQUEUE, delay=TENANT_REQUEUE_SECONDS, reason=entry.get("reason") or "requeue")
+    return outcomes
+
+
+def remote_outcomes(keys, mirror: dict) -> dict:
+    """Outcomes of the remote keys of a remote.yml run, from hostclaim_remote's result: the hardware cluster is
+    polled (each claim due again when the module says), a conflict or a local API error backs off, and a refused
+    claim waits for a local change (its claim or Secret)."""
+    outcomes = {key: Outcome(DONE) for key in keys}
+    for entry in mirror.get("claims") or []:
+        key = (REMOTE, entry["namespace"], entry["name"])
+        if key not in outcomes:
+            continue
+        if entry.get("state") in ("conflict", "error"):
+            outcomes[key] = Outcome(RETRY, reason=entry["state"])
+        elif entry.get("requeue_after") is not None:
+            outcomes[key] = Outcome(REQUEUE, delay=max(0.0, float(entry["requeue_after"])), reason=entry["state"])
+        elif entry.get("state") == "refused":
+            outcomes[key] = Outcome(WAIT, reason=entry.get("reason") or "refused")
     return outcomes

@@ -28,3 +28,50 @@ def test_a_negative_provision_limit_is_a_flag_error(capsys):
         cli.main(["--provision-max-concurrent", "-1"])
     assert exit_.value.code == 2
     assert "--provision-max-concurrent -1" in capsys.readouterr().err
+
+
+REMOTE_CLAIM = {
+    "metadata": {"namespace": "tenant-a", "name": "r1", "uid": "u1", "generation": 1},
+    "spec": {"kind": "remote", "remote": {"kubeconfigSecretRef": {"name": "hw"}}},
+}
+BAREMETAL_CLAIM = {"metadata": {"namespace": "tenant-a", "name": "c1", "uid": "u2", "generation": 1}, "spec": {}}
+OTHER_CLAIM = {
+    "metadata": {"namespace": "tenant-a", "name": "v1", "uid": "u3", "generation": 1},
+    "spec": {"kind": "vm"},
+}
+
+
+def _queued(controller: Controller) -> list:
+    return sorted(controller.queue.get_batch(group=lambda key: "all", max_size=100, quiet=0, max_wait=0, timeout=0.1))
+
+
+@pytest.mark.parametrize(
+    ("kinds", "served"),
+    [
+        (("baremetal",), [("claim", "tenant-a", "c1")]),
+        (("remote",), [("remote", "tenant-a", "r1")]),
+        (("baremetal", "remote"), [("claim", "tenant-a", "c1"), ("remote", "tenant-a", "r1")]),
+    ],
+)
+def test_only_the_kinds_served_are_queued(kinds, served):
+    controller = Controller(Settings(kinds=kinds, watch_secrets=False), api_client=None)
+    for claim in (REMOTE_CLAIM, BAREMETAL_CLAIM, OTHER_CLAIM):
+        controller.stores["HostClaim"].apply("ADDED", claim)
+        controller._on_claim(None, claim)
+    assert _queued(controller) == served
+
+
+def test_a_remote_batch_runs_the_remote_playbook_with_its_claims():
+    keys = [("remote", "tenant-a", "r1"), ("remote", "tenant-b", "r2")]
+    playbook, extravars = Controller(Settings(kinds=("remote",)), api_client=None)._extravars("remote", keys)
+    assert playbook.endswith("remote.yml")
+    assert extravars == {
+        "hostclaim_remote_claims": [{"namespace": "tenant-a", "name": "r1"}, {"namespace": "tenant-b", "name": "r2"}]
+    }
+
+
+def test_an_unknown_kind_is_a_flag_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--kinds", "baremetal,vm"])
+    assert exit_.value.code == 2
+    assert "--kinds 'baremetal,vm'" in capsys.readouterr().err

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from metalclaim.controller import mapper
-from metalclaim.controller.mapper import CLAIM, HOST
+from metalclaim.controller.mapper import CLAIM, HOST, REMOTE
 
 CLAIM_OBJ = {
     "metadata": {"namespace": "tenant-a", "name": "c1", "uid": "u1", "generation": 1, "resourceVersion": "10"},
@@ -113,3 +115,58 @@ def test_a_tenant_event_concerns_the_tenant_unless_it_is_the_tenant_steps_own_wr
     deleting = {"metadata": {**tenant["metadata"], "deletionTimestamp": "now"}}
     assert mapper.tenant_changed(tenant, deleting).keys == [("tenant", "", "blue")]
     assert mapper.tenant_changed(deleting, None).dropped
+
+
+# -- kind routing: a claim's spec.kind picks its key, and a kind no playbook serves gets none ----------------
+
+REMOTE_CLAIM = changed(
+    CLAIM_OBJ,
+    metadata__name="r1",
+    spec__kind="remote",
+    spec__remote={"kubeconfigSecretRef": {"name": "hw-kubeconfig"}},
+)
+OTHER_CLAIM = changed(CLAIM_OBJ, metadata__name="v1", spec__kind="vm")
+
+
+def test_a_claims_kind_picks_its_key():
+    assert mapper.claim_key(CLAIM_OBJ) == (CLAIM, "tenant-a", "c1")  # no kind: baremetal
+    assert mapper.claim_key(changed(CLAIM_OBJ, spec__kind="baremetal")) == (CLAIM, "tenant-a", "c1")
+    assert mapper.claim_key(REMOTE_CLAIM) == (REMOTE, "tenant-a", "r1")
+    assert mapper.claim_key(OTHER_CLAIM) is None
+    assert mapper.claim_changed(None, REMOTE_CLAIM).keys == [(REMOTE, "tenant-a", "r1")]
+    other = mapper.claim_changed(None, OTHER_CLAIM)
+    assert other.keys == [] and not other.dropped
+
+
+def test_hosts_policies_and_namespace_labels_concern_baremetal_claims_only():
+    claims = [CLAIM_OBJ, REMOTE_CLAIM, OTHER_CLAIM]
+    bound = changed(HOST_OBJ, spec__consumerRef={"kind": "HostClaim", "namespace": "tenant-a", "name": "c9"})
+    freed = mapper.host_changed(bound, changed(HOST_OBJ, metadata__generation=5), unbound_claims=claims)
+    assert [k for k in freed.keys if k[0] != HOST] == [(CLAIM, "tenant-a", "c1")]
+    policy = {"metadata": {"name": "p"}, "spec": {}}
+    assert mapper.policy_changed(None, policy, claims).keys == [(CLAIM, "tenant-a", "c1")]
+    namespace = {"metadata": {"name": "tenant-a", "labels": {"a": "1"}}}
+    relabelled = mapper.namespace_changed(namespace, changed(namespace, metadata__labels={}), claims)
+    assert relabelled.keys == [(CLAIM, "tenant-a", "c1")]
+    # A namespace appearing (into the namespace selector) concerns every claim with a key.
+    assert mapper.namespace_changed(None, namespace, claims).keys == [
+        (CLAIM, "tenant-a", "c1"),
+        (REMOTE, "tenant-a", "r1"),
+    ]
+
+
+def test_a_remote_claims_kubeconfig_secret_is_one_of_its_secrets():
+    assert mapper.secret_refs(REMOTE_CLAIM) == [("tenant-a", "ud"), ("other", "md"), ("tenant-a", "hw-kubeconfig")]
+    # spec.remote on a claim of another kind names nothing the runs read.
+    assert mapper.secret_refs(changed(REMOTE_CLAIM, spec__kind="baremetal")) == [("tenant-a", "ud"), ("other", "md")]
+    secret = {"metadata": {"namespace": "tenant-a", "name": "hw-kubeconfig", "resourceVersion": "1"}}
+    edited = changed(secret, metadata__resourceVersion="2")
+    assert mapper.secret_changed(secret, edited, [REMOTE_CLAIM, OTHER_CLAIM]).keys == [(REMOTE, "tenant-a", "r1")]
+
+
+def test_kinds_flag():
+    assert mapper.parse_kinds("baremetal") == ("baremetal",)
+    assert mapper.parse_kinds(" remote, baremetal,remote") == ("remote", "baremetal")
+    for text in ("", "vm", "baremetal,vm"):
+        with pytest.raises(ValueError, match="--kinds"):
+            mapper.parse_kinds(text)

@@ -48,3 +48,24 @@ def test_tenant_outcomes_requeue_the_tenants_waiting_on_a_stage():
     found = outcomes.tenant_outcomes([blue, green], result)
     assert found[blue] == outcomes.Outcome(REQUEUE, delay=outcomes.TENANT_REQUEUE_SECONDS, reason="ReleasingClaims")
     assert found[green].result == DONE
+
+
+def test_remote_outcomes_poll_the_hardware_cluster_as_the_module_says():
+    keys = {name: ("remote", "t", name) for name in ("steady", "down", "refused", "conflict", "released", "absent")}
+    result = {
+        "claims": [
+            {"namespace": "t", "name": "steady", "state": "mirrored", "requeue_after": 30.0},
+            {"namespace": "t", "name": "down", "state": "unreachable", "requeue_after": 5.0},
+            {"namespace": "t", "name": "refused", "state": "refused", "reason": "KubeconfigRefused"},
+            {"namespace": "t", "name": "conflict", "state": "conflict"},
+            {"namespace": "t", "name": "released", "state": "released"},
+            {"namespace": "t", "name": "other", "state": "mirrored", "requeue_after": 2.0},  # not in this batch
+        ]
+    }
+    found = outcomes.remote_outcomes(list(keys.values()), result)
+    assert set(found) == set(keys.values())
+    assert (found[keys["steady"]].result, found[keys["steady"]].delay) == (REQUEUE, 30.0)
+    assert (found[keys["down"]].result, found[keys["down"]].delay) == (REQUEUE, 5.0)
+    assert found[keys["refused"]] == outcomes.Outcome(WAIT, reason="KubeconfigRefused")
+    assert found[keys["conflict"]].result == RETRY
+    assert found[keys["released"]].result == DONE and found[keys["absent"]].result == DONE
