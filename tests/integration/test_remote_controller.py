@@ -9,8 +9,11 @@ test_remote.py drives the same mirroring as Ansible tasks.
 # ruff: noqa: F811 (the hardware fixtures are imported, then named as test arguments)
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from metalclaim.devenv.controlplane import start_apiserver, stop_apiserver
 from tests.claimlayer import TENANT_A
 from tests.controllerproc import ControllerProcess, associated, claim_side, runs_of
 from tests.remotecluster import (  # noqa: F401 (fixtures)
@@ -26,7 +29,6 @@ from tests.support import eventually
 pytestmark = pytest.mark.integration
 REACTION = 30  # seconds: a run is ~1-3 s of ansible-runner, a remote claim is polled every 2 s until Ready
 REMOTE_FINALIZER = "metalclaim.io/remote"
-CLAIM_LAYER_FINALIZER = "metal3.io/hostclaim"
 MIRROR_CONDITIONS = {"RemoteCluster", "Mirrored"}
 
 
@@ -61,7 +63,8 @@ def test_two_controllers_serving_different_kinds_leave_each_others_claims_alone(
 ):
     """One controller serves baremetal, the other remote, on the same cluster and tenant namespace: each binds or
     mirrors its own claims, never runs a playbook for the other's, and writes nothing on them; a claim of a kind
-    neither serves stays untouched (no finalizer, condition or Event)."""
+    neither serves stays untouched (no finalizer, condition or Event). A remote claim's kubeconfig Secret is
+    watched: created after the claim, it brings the refused claim back."""
     rack.policy()
     rack.host("h1")
     baremetal = ControllerProcess(devenv, tmp_path / "baremetal", *claim_side(rack))
@@ -69,9 +72,16 @@ def test_two_controllers_serving_different_kinds_leave_each_others_claims_alone(
     try:
         local = f"local-{tenant.suffix}"
         rack.claim(local)
-        mirrored = tenant.claim("mirrored", tenant.kubeconfig_secret(hw_tenant.kubeconfig()))
+        # Its kubeconfig Secret comes after it: refused (no timer), then brought back by the Secret's event.
+        mirrored = tenant.claim("mirrored", f"hw-kubeconfig-{tenant.suffix}")
         unserved = f"vm-{tenant.suffix}"
         rack.claim(unserved, kind="vm")
+        eventually(
+            lambda: condition(tenant.read(mirrored) or {}, "Mirrored").get("reason") == "KubeconfigMissing",
+            timeout=REACTION,
+            message=f"{mirrored} refused\n{remote.output()}",
+        )
+        tenant.kubeconfig_secret(hw_tenant.kubeconfig())
         eventually(
             lambda: associated(rack, local), timeout=REACTION, message=f"{local} associated\n{baremetal.output()}"
         )
@@ -109,3 +119,102 @@ def test_two_controllers_serving_different_kinds_leave_each_others_claims_alone(
     finally:
         baremetal.stop()
         remote.stop()
+
+
+def _stage_times(started: float, stages: dict, message: str, timeout: float = REACTION) -> dict:
+    """Seconds from `started` until each check first held (checked in turn, about 10 times a second)."""
+    seen: dict = {}
+    while len(seen) < len(stages):
+        assert time.monotonic() - started < timeout, f"{[s for s in stages if s not in seen]} not reached\n{message}"
+        for stage, check in stages.items():
+            if stage not in seen and check():
+                seen[stage] = time.monotonic() - started
+        time.sleep(0.1)
+    return seen
+
+
+def _timed(check, timeout: float, message: str) -> float:
+    started = time.monotonic()
+    eventually(check, timeout=timeout, message=message)
+    return time.monotonic() - started
+
+
+def test_a_remote_claim_through_the_hardware_cluster_and_its_outage(
+    devenv, hardware, hardware_clients, rack, hw_tenant, tenant, tmp_path
+):
+    """Both clusters run a controller, nobody runs a playbook: a remote claim is mirrored, bound by the hardware
+    cluster's claim side and associated locally; the hardware cluster's API server stops (the local claim says
+    it is unreachable) and starts again (it converges); deleting the local claim releases the remote one. The
+    latency create -> Association=True is printed beside a baremetal claim's on the workload cluster."""
+    rack.policy()
+    rack.host("h1")
+    hw_rack = hardware_rack(hardware_clients, hw_tenant)
+    hardware_side = ControllerProcess(hardware, tmp_path / "hardware", *claim_side(hw_rack))
+    workload = ControllerProcess(devenv, tmp_path / "workload", *claim_side(rack), "--kinds", "baremetal,remote")
+    argv = None
+    try:
+        local = f"local-{tenant.suffix}"
+        created = time.monotonic()
+        rack.claim(local)
+        eventually(lambda: associated(rack, local), timeout=REACTION, message=f"{local}\n{workload.output()}")
+        single = time.monotonic() - created
+
+        secret = tenant.kubeconfig_secret(hw_tenant.kubeconfig())
+        created = time.monotonic()
+        name = tenant.claim("remote", secret, hostSelector={"matchLabels": {"infra-kind": hw_rack.kind}})
+        stages = _stage_times(
+            created,
+            {
+                "mirrored there": lambda: hw_tenant.claim(name) is not None,
+                "bound there": lambda: _status(hw_tenant.claim(name), "Association") == "True",
+                "associated here": lambda: _status(tenant.read(name), "Association") == "True",
+            },
+            f"{name} associated\n{workload.output()}\n{hardware_side.output()}",
+        )
+        shown = ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in stages.items())
+        print(
+            f"\ncreate -> Association=True: baremetal {single:.2f} s, remote {stages['associated here']:.2f} s "
+            f"({shown})",
+            end="",
+        )
+        claim = tenant.read(name)
+        assert claim["status"]["hostUID"] == hw_rack.read_host("h0")["metadata"]["uid"]
+        assert _status(claim, "RemoteCluster") == "True" and _status(claim, "Mirrored") == "True"
+
+        stopping = time.monotonic()
+        argv = stop_apiserver(hardware.state)
+        down = (
+            time.monotonic()
+            - stopping
+            + _timed(
+                lambda: condition(tenant.read(name), "RemoteCluster").get("reason") == "Unreachable",
+                REACTION,
+                f"{name} unreachable\n{workload.output()}",
+            )
+        )
+        assert _status(tenant.read(name), "RemoteCluster") == "False"
+        start_apiserver(hardware.state, argv)
+        hardware.save()  # the new pid, for `devenv down` and later health checks
+        argv = None
+        back = _timed(
+            lambda: all(_status(tenant.read(name), t) == "True" for t in ("RemoteCluster", "Mirrored", "Association")),
+            REACTION,
+            f"{name} converged\n{workload.output()}",
+        )
+        print(f"; hardware API server stopped -> Unreachable {down:.2f} s, started -> converged {back:.2f} s", end="")
+
+        tenant.api("HostClaim").delete(name=name, namespace=TENANT_A)
+        released = _timed(
+            lambda: tenant.read(name) is None and hw_tenant.claim(name) is None,
+            REACTION,
+            f"{name} released\n{workload.output()}\n{hardware_side.output()}",
+        )
+        print(f"; delete -> released in both clusters {released:.2f} s")
+        assert not (hw_rack.read_host("h0")["spec"].get("consumerRef"))
+    finally:
+        if argv is not None:  # leave the hardware cluster healthy for the tests after this one
+            start_apiserver(hardware.state, argv)
+            hardware.save()
+        workload.stop()
+        hardware_side.stop()
+        hw_rack.cleanup()
