@@ -28,6 +28,13 @@ description:
     deleted and waited for (the claim layer releases their hosts), then its namespaces, then its policies and
     reservations, and the finalizer C(tenancy.metalclaim.io/tenant) goes last. RV(requeue) names the tenants
     waiting on a stage.
+  - Hooks (C(spec.hooks)) are POSTed a JSON payload (C(eventType), C(tenantSpec) with the state; for claim events
+    the claim's namespace, name, host name and conditions). A blocking hook is asked before a creation, update or
+    deletion and anything but 200 in time stops it (nothing written but the status, condition C(Hooks) or
+    C(Deletion) with reason C(HookRefused)); it is asked again after a backoff. Non-blocking hooks are told after the
+    change; a failed delivery stays in C(status.hooks.pending) and is retried by later runs once due. Credentials
+    come from a Secret of type C(tenancy.metalclaim.io/hook-credentials) in the namespace C(metalclaim-hooks) and
+    appear in no result, status or message. Check mode calls no hook.
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:
@@ -114,6 +121,15 @@ tenants:
       description: Each object written, C({action, kind, namespace, name}).
       type: list
       elements: dict
+    requeue_after:
+      description: Seconds until a hook is due again (a blocking hook's backoff, the next retry of a delivery).
+      type: float
+      returned: when a hook is due again later
+    deliveries:
+      description: Each non-blocking delivery tried, C({hook, eventType, delivered, error}) (credentials redacted).
+      type: list
+      elements: dict
+      returned: when a delivery was tried
   sample:
     - name: blue
       state: Deployed
@@ -127,6 +143,10 @@ requeue:
   elements: str
 writes:
   description: Requests sent that change something (0 on a settled run).
+  returned: always
+  type: int
+hook_requests:
+  description: Requests sent to hooks (0 on a settled run).
   returned: always
   type: int
 api_calls:

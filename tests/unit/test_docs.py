@@ -84,3 +84,25 @@ def test_the_guides_show_the_samples_as_they_are():
     for sample in (REPO_ROOT / "config" / "samples").glob("*.yaml"):
         if sample.name != "kustomization.yaml":
             assert yaml.safe_load(sample.read_text()) in blocks, f"{sample.name} is not shown as is in docs/*-guide.md"
+
+
+def test_every_tenant_condition_reason_is_in_the_infra_guide():
+    """Each reason a Tenant's conditions can carry (the tenant step's and its hooks') is in the infra guide's table."""
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks, tenant
+
+    reasons = set()
+    for module in (tenant, hooks):
+        tree = ast.parse(Path(module.__file__).read_text())
+        reasons |= {
+            node.value.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+            and re.fullmatch(r"[A-Z][a-z]+(?:[A-Z][a-z]+)+", node.value.value)
+            and node.targets[0].id not in ("KIND",)
+        }
+    assert {"SpecAccepted", "HookRefused", "DeliveryRetrying", "DeliveryAbandoned"} <= reasons
+    documented = set(re.findall(r"`([A-Za-z]+)`", (DOCS / "infra-guide.md").read_text()))
+    missing = sorted(reasons - documented)
+    assert not missing, f"Tenant reasons docs/infra-guide.md does not explain: {missing}"

@@ -23,6 +23,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     TENANT_LABEL,
     reserved_for,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.hooks import Deliverer
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as hook_plan
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import tenant as plan
 
 
@@ -30,6 +32,8 @@ class Snapshot:
     """What the batch's Tenants need to see, listed once: object_key -> object."""
 
     def __init__(self, kube):
+        self.kube = kube
+        self._claims: list[dict] | None = None
         self.objects: dict[tuple[str, str, str], dict] = {}
         for item in kube.list("v1", "Namespace"):
             self._add("v1", "Namespace", item)
@@ -53,6 +57,13 @@ class Snapshot:
     def namespaces(self) -> set[str]:
         return {name for kind, _ns, name in self.objects if kind == "Namespace"}
 
+    def claims_in(self, namespaces: list[str]) -> list[dict]:
+        """The HostClaims of those namespaces (listed once per batch, only when a tenant's hooks want claim events)."""
+        if self._claims is None:
+            self._claims = self.kube.list(metal3.API_VERSION, "HostClaim")
+        wanted = set(namespaces)
+        return [c for c in self._claims if c["metadata"].get("namespace") in wanted]
+
     def owned_by(self, tenant: str) -> list[dict]:
         """Every object labelled as the tenant's (hosts excepted: a reservation is an annotation)."""
         return [o for k, o in self.objects.items() if k[0] != "BareMetalHost" and plan.owner(o) == tenant]
@@ -65,6 +76,7 @@ class TenantRun:
         self.required_prefix = required_prefix or ""
         self.claim_side_subjects = claim_side_subjects or []
         self.timestamp = cond.now()
+        self.deliverer = Deliverer(kube)
 
 
 def reconcile_tenants(run: TenantRun, names: list[str] | None) -> dict:
@@ -86,6 +98,7 @@ def reconcile_tenants(run: TenantRun, names: list[str] | None) -> dict:
         "changed": any(r["changed"] for r in results),
         "tenants": results,
         "requeue": sorted(r["name"] for r in results if r["requeue"]),
+        "hook_requests": run.deliverer.sent,
         "api_calls": dict(run.kube.calls),
         "writes": run.kube.writes(),
     }
@@ -125,6 +138,19 @@ def _apply(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]
     )
 
     result = _result(tenant)
+    hook_state = hook_plan.hook_status(tenant)
+    event = hook_plan.tenant_event_due(tenant)
+    if event:
+        # The blocking hooks first: a refusal stops the change before anything of it is written.
+        state = status.get("state") or plan.NEW
+        refusal = _ask_blocking(run, tenant, event, state, result)
+        if refusal:
+            return _refused_by_hook(run, tenant, hook_state, conditions, refusal, result, state, event)
+        hook_state = hook_plan.allowed(hook_state)
+        hook_state["announcedGeneration"] = generation
+        hook_state["pending"] = hook_plan.queued(hook_state.get("pending") or [], tenant, event, run.timestamp)
+    hook_state = _with_claim_events(run, snapshot, tenant, hook_state)
+
     writes = _planned_writes(snapshot, tenant, desired)
     if writes or plan.FINALIZER not in (tenant["metadata"].get("finalizers") or []):
         tenant = _with_finalizer(run, tenant, result)
@@ -152,11 +178,147 @@ def _apply(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]
         "observedGeneration": generation,
         "childNamespaces": plan.child_namespaces(tenant),
         "objects": objects,
-        "conditions": cond.with_ready(conditions, generation, run.timestamp),
+        "conditions": _with_hooks_condition(tenant, conditions, hook_state, "", [], generation, run.timestamp),
+        "hooks": hook_state,
     }
     result.update(state=new_status["state"], requeue=bool(failures))
+    # The change is in the status before any non-blocking hook is told of it: they never delay it.
+    tenant = _write_status(run, tenant, new_status, result)
+    _deliver_due(run, snapshot, tenant, new_status, result)
+    if failures:
+        result.pop("requeue_after", None)  # a failed write is retried soon (the caller's requeue), hooks with it
+    return result
+
+
+def _ask_blocking(run: TenantRun, tenant: dict, event: str, state: str, result: dict) -> str:
+    """Ask each blocking hook of the event, in order: the first refusal's message, or "" when all answer 200.
+
+    Within the backoff after a refusal of this very change, nobody is asked: the refusal stands (and the run
+    is requeued for when they may be asked).
+    """
+    if run.check_mode:
+        return ""  # check mode sends nothing: it reports the writes the change would make once allowed
+    generation = tenant["metadata"].get("generation", 0)
+    hook_state = hook_plan.hook_status(tenant)
+    wait = hook_plan.refused_wait(hook_state, event, generation, hook_plan.parse_time(run.timestamp))
+    if wait is not None:
+        previous = cond.find((tenant.get("status") or {}).get("conditions"), hook_plan.HOOKS) or {}
+        result["requeue_after"] = wait
+        return previous.get("message") or hook_plan.refusal_message_pending(event)
+    body = hook_plan.payload(event, tenant, state)
+    for hook in hook_plan.subscribed(tenant, event, blocking=True):
+        detail = run.deliverer.send(hook, body)
+        if detail:
+            return hook_plan.refusal_message(hook, event, detail)
+    return ""
+
+
+def _refused_by_hook(run, tenant, hook_state, conditions, refusal, result, state, event) -> dict:
+    """A blocking hook refused the change: nothing of it is written but the status; asked again after a backoff."""
+    generation = tenant["metadata"].get("generation", 0)
+    now = hook_plan.parse_time(cond.now())  # the backoff counts from the refusal, not the run's start
+    if "requeue_after" not in result:  # asked this run (not within the backoff of an earlier refusal)
+        hook_state = hook_plan.with_refusal(hook_state, event, generation, now)
+        result["requeue_after"] = hook_plan.backoff(hook_state["refusedAttempts"])
+    if state == plan.DELETING:
+        conditions = cond.set_condition(
+            conditions, plan.DELETION, "False", hook_plan.HOOK_REFUSED, refusal, generation, run.timestamp
+        )
+    new_status = {
+        "state": state,
+        "observedGeneration": generation,
+        "conditions": _with_hooks_condition(tenant, conditions, hook_state, refusal, [], generation, run.timestamp),
+        "hooks": hook_state,
+    }
+    result.update(state=state, reason=hook_plan.HOOK_REFUSED, message=refusal, requeue=True)
     _write_status(run, tenant, new_status, result)
     return result
+
+
+def _with_claim_events(run: TenantRun, snapshot: Snapshot, tenant: dict, hook_state: dict) -> dict:
+    """hook_state with a delivery queued for each change of a claim of the tenant's namespaces since the last."""
+    if not hook_plan.wants_claim_events(tenant):
+        hook_state.pop("claims", None)
+        return hook_state
+    claims = snapshot.claims_in(_namespaces_of(snapshot, tenant))
+    events, record = hook_plan.claim_events(hook_state.get("claims") or [], claims)
+    pending = hook_state.get("pending") or []
+    for event, facts in events:
+        # Claim events are notifications: every subscribed hook is told, none can stop a binding from here.
+        pending = hook_plan.queued(pending, tenant, event, run.timestamp, claim=facts)
+    return {**hook_state, "pending": pending, "claims": record}
+
+
+def _namespaces_of(snapshot: Snapshot, tenant: dict) -> list[str]:
+    mine = plan.tenant_name(tenant)
+    current = [o["metadata"]["name"] for o in snapshot.owned_by(mine) if o["kind"] == "Namespace"]
+    return sorted(set(current) | set(plan.child_namespaces(tenant)))
+
+
+def _with_hooks_condition(tenant, conditions, hook_state, refusal, abandoned, generation, timestamp) -> list[dict]:
+    """Conditions with Hooks set (only for a tenant with hooks, or one that had them), Ready recomputed."""
+    if hook_plan.hooks(tenant) or cond.find(conditions, hook_plan.HOOKS):
+        status, reason, message = hook_plan.condition_of(hook_state.get("pending") or [], refusal, abandoned)
+        conditions = cond.set_condition(conditions, hook_plan.HOOKS, status, reason, message, generation, timestamp)
+    return cond.with_ready(conditions, generation, timestamp)
+
+
+def _deliver_due(run: TenantRun, snapshot: Snapshot, tenant: dict, written: dict, result: dict, final=False) -> None:
+    """Tell the non-blocking hooks what is due (all that is pending when `final`), record what failed, requeue."""
+    hook_state = dict(written.get("hooks") or {})
+    pending = hook_state.get("pending") or []
+    now = hook_plan.parse_time(run.timestamp)
+    if run.check_mode or not pending:
+        return
+    by_name = {h.name: h for h in hook_plan.hooks(tenant)}
+    state = written.get("state") or plan.NEW
+    claims = {}
+    if any(e.get("claim") for e in pending) and not final:
+        for claim in snapshot.claims_in(_namespaces_of(snapshot, tenant)):
+            claims[(claim["metadata"]["namespace"], claim["metadata"]["name"])] = claim
+    remaining, abandoned = [], []
+    for entry in pending:
+        hook = by_name.get(entry["hook"])
+        if hook is None or entry["eventType"] not in hook.event_types:
+            continue  # the hook (or its subscription) was removed from the spec: nothing to tell it
+        if not final and entry not in hook_plan.due(pending, now):
+            remaining.append(entry)
+            continue
+        claim = entry.get("claim")
+        current = claims.get((claim["namespace"], claim["name"])) if claim else None
+        conditions = ((current or {}).get("status") or {}).get("conditions") if current else None
+        body = hook_plan.payload(entry["eventType"], tenant, state, claim=claim, conditions=conditions)
+        detail = run.deliverer.send(hook, body)
+        result.setdefault("deliveries", []).append(
+            {"hook": hook.name, "eventType": entry["eventType"], "delivered": not detail, "error": detail}
+        )
+        if not detail:
+            continue
+        # The backoff counts from the failure (a hook may have used its whole timeout), not the run's start.
+        retry = hook_plan.after_failure(entry, detail, hook_plan.parse_time(cond.now()))
+        if retry is None or final:
+            tries = entry.get("attempts", 0) + 1
+            abandoned.append(f"hook {hook.name!r} {entry['eventType']} given up after {tries} attempt(s): {detail}")
+        else:
+            remaining.append(retry)
+    hook_state["pending"] = remaining
+    if final:
+        result["abandoned"] = abandoned
+        return
+    generation = tenant["metadata"].get("generation", 0)
+    refusal = ""
+    updated = {
+        **written,
+        "conditions": _with_hooks_condition(
+            tenant, written.get("conditions") or [], hook_state, refusal, abandoned, generation, run.timestamp
+        ),
+        "hooks": hook_state,
+    }
+    _write_status(run, tenant, updated, result)
+    wait = hook_plan.seconds_until_next(remaining, hook_plan.parse_time(cond.now()))
+    if wait is not None:
+        result["requeue"] = True
+        result["requeue_after"] = min(wait, result.get("requeue_after", wait))
 
 
 def _planned_writes(snapshot: Snapshot, tenant: dict, desired: list[dict]) -> list[tuple[str, str, dict]]:
@@ -233,7 +395,7 @@ def _without_status(tenant: dict) -> dict:
 def _write_status(run: TenantRun, tenant: dict, new_status: dict, result: dict) -> dict:
     """Patch the status when it says something new; return the Tenant as written."""
     old = tenant.get("status") or {}
-    fields = ("state", "observedGeneration", "childNamespaces", "objects")
+    fields = ("state", "observedGeneration", "childNamespaces", "objects", "hooks")
     if all(old.get(f) == new_status.get(f) for f in fields if f in new_status) and cond.same(
         old.get("conditions"), new_status.get("conditions")
     ):
@@ -259,6 +421,20 @@ def _delete(run: TenantRun, snapshot: Snapshot, tenant: dict) -> dict:
     mine = plan.tenant_name(tenant)
     generation = tenant["metadata"].get("generation", 0)
     conditions = (tenant.get("status") or {}).get("conditions") or []
+    hook_state = hook_plan.hook_status(tenant)
+    if hook_plan.tenant_event_due(tenant) == hook_plan.DELETE:
+        # Nothing is removed while a blocking DELETE hook refuses.
+        refusal = _ask_blocking(run, tenant, hook_plan.DELETE, plan.DELETING, result)
+        if refusal:
+            return _refused_by_hook(
+                run, tenant, hook_state, conditions, refusal, result, plan.DELETING, hook_plan.DELETE
+            )
+        hook_state = hook_plan.allowed(hook_state)
+        hook_state["deleteAnnounced"] = True
+        hook_state["pending"] = hook_plan.queued(
+            hook_state.get("pending") or [], tenant, hook_plan.DELETE, run.timestamp
+        )
+    hook_state = _with_claim_events(run, snapshot, tenant, hook_state)
     owned = snapshot.owned_by(mine)
     namespaces = [o for o in owned if o["kind"] == "Namespace"]
     stage, message = None, ""
@@ -279,9 +455,16 @@ def _delete(run: TenantRun, snapshot: Snapshot, tenant: dict) -> dict:
         message = "namespace(s) " + ", ".join(plan.object_key(n)[2] for n in namespaces) + " being deleted"
     if stage:
         conditions = cond.set_condition(conditions, plan.DELETION, "False", stage, message, generation, run.timestamp)
-        new_status = {"state": plan.DELETING, "observedGeneration": generation, "conditions": conditions}
+        new_status = {
+            "state": plan.DELETING,
+            "observedGeneration": generation,
+            "conditions": _with_hooks_condition(tenant, conditions, hook_state, "", [], generation, run.timestamp),
+            "hooks": hook_state,
+        }
         result.update(requeue=True, reason=stage, message=message)
-        _write_status(run, tenant, new_status, result)
+        tenant = _write_status(run, tenant, new_status, result)
+        _deliver_due(run, snapshot, tenant, new_status, result)
+        result.pop("requeue_after", None)  # the stage is looked at again soon (the caller's requeue), hooks with it
         return result
     # Last: the pool entries and reservations (until now the tenant's claims could still be released).
     try:
@@ -297,6 +480,9 @@ def _delete(run: TenantRun, snapshot: Snapshot, tenant: dict) -> dict:
         result.update(requeue=True, reason=plan.DELETION_FAILED, message=str(error))
         _write_status(run, tenant, {"state": plan.DELETING, "conditions": conditions}, result)
         return result
+    # The Tenant goes with this write: what is still pending for non-blocking hooks is tried once more, then
+    # dropped (they never hold a deletion up).
+    _deliver_due(run, snapshot, tenant, {"state": plan.DELETING, "hooks": hook_state}, result, final=True)
     updated = copy.deepcopy(tenant)
     updated["metadata"]["finalizers"] = [f for f in tenant["metadata"]["finalizers"] if f != plan.FINALIZER]
     _write(run, "replace", _without_status(updated), result)

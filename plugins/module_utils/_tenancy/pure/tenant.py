@@ -22,6 +22,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     reservation_value,
     reserved_for,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks
 
 API_GROUP = "tenancy.metalclaim.io"
 API_VERSION = f"{API_GROUP}/v1alpha1"
@@ -181,6 +182,7 @@ def validate(tenant: dict, required_prefix: str = "") -> list[Problem]:
         problems.append(
             Problem("spec.quota.maxHostClaims", INVALID_FIELD, "spec.quota.maxHostClaims must be an integer >= 0")
         )
+    problems += [Problem(field, INVALID_FIELD, message) for field, message in hooks.validate(tenant)]
     return problems
 
 

@@ -1,0 +1,397 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Tenant hooks (TAPMS's tenanthooks): which events are due, their payloads, credentials, backoff. Pure.
+
+A hook is POSTed a JSON payload for the event types it subscribes to. A blocking hook is asked before a tenant
+change (CREATE, UPDATE, DELETE) and anything but 200 stops that change; a non-blocking hook is told after the
+change, never delays it, and a failed delivery is retried with backoff. What was asked and delivered lives in
+the Tenant's status.hooks, so every run starts from current state (no run sleeps waiting for a hook):
+
+  status.hooks.announcedGeneration  the generation whose CREATE/UPDATE the blocking hooks allowed
+  status.hooks.deleteAnnounced      the blocking hooks allowed the deletion
+  status.hooks.refusedAttempts      how many times in a row a blocking hook refused (the backoff)
+  status.hooks.refused              the change refused (eventType, generation) and when to ask again
+  status.hooks.pending              non-blocking deliveries not yet accepted: hook, eventType, (claim),
+                                    attempts, nextAttemptAt, lastError
+  status.hooks.claims               each claim of the tenant's namespaces as last delivered: bound, provisioned
+
+Never in a payload, the status or a message: Secret data (credentials are redacted from whatever a hook
+answers) and BMC data (a claim is described by namespace, name, host name and its conditions only).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import TIMESTAMP_FORMAT
+
+CREATE = "CREATE"
+UPDATE = "UPDATE"
+DELETE = "DELETE"
+CLAIM_BOUND = "CLAIM_BOUND"
+CLAIM_PROVISIONED = "CLAIM_PROVISIONED"
+CLAIM_RELEASED = "CLAIM_RELEASED"
+TENANT_EVENTS = (CREATE, UPDATE, DELETE)
+CLAIM_EVENTS = (CLAIM_BOUND, CLAIM_PROVISIONED, CLAIM_RELEASED)
+EVENT_TYPES = TENANT_EVENTS + CLAIM_EVENTS
+
+# Tenants are cluster-scoped, so credentials Secrets live in one namespace of their own: the tenancy identity
+# may `get` Secrets there by name (config/rbac/tenancy_hooks_role.yaml) and nowhere else, and only Secrets of
+# this type are used (another Secret of that namespace named in a ref is refused unread: a Tenant author cannot
+# have the controller send an arbitrary Secret to a URL of theirs).
+CREDENTIALS_NAMESPACE = "metalclaim-hooks"
+CREDENTIALS_TYPE = "tenancy.metalclaim.io/hook-credentials"
+TOKEN_KEY = "token"
+USERNAME_KEY = "username"
+PASSWORD_KEY = "password"
+
+DEFAULT_TIMEOUT_SECONDS = 5
+BACKOFF_BASE_SECONDS = 2.0
+BACKOFF_CAP_SECONDS = 300.0
+# A non-blocking delivery is dropped after this many failed attempts (the condition says so).
+MAX_ATTEMPTS = 10
+# How much of a refusing hook's answer is kept in the status.
+ANSWER_EXCERPT = 200
+URL = re.compile(r"https?://[^\s/?#]+[^\s]*")
+
+# The condition and its reasons.
+HOOKS = "Hooks"
+HOOKS_DELIVERED = "HooksDelivered"
+DELIVERY_RETRYING = "DeliveryRetrying"
+DELIVERY_ABANDONED = "DeliveryAbandoned"
+HOOK_REFUSED = "HookRefused"
+REDACTED = "[redacted]"
+
+
+@dataclass(frozen=True)
+class Hook:
+    name: str
+    url: str
+    blocking: bool
+    event_types: tuple[str, ...]
+    credentials: str  # the Secret's name in CREDENTIALS_NAMESPACE ("" for none)
+    timeout: float
+
+
+def hooks(tenant: dict) -> list[Hook]:
+    found = []
+    for entry in (tenant.get("spec") or {}).get("hooks") or []:
+        found.append(
+            Hook(
+                name=entry.get("name", ""),
+                url=entry.get("url", ""),
+                blocking=bool(entry.get("blockingCall")),
+                event_types=tuple(entry.get("eventTypes") or ()),
+                credentials=(entry.get("credentialsSecretRef") or {}).get("name", ""),
+                timeout=float(entry.get("timeoutSeconds") or DEFAULT_TIMEOUT_SECONDS),
+            )
+        )
+    return found
+
+
+def subscribed(tenant: dict, event_type: str, blocking: bool) -> list[Hook]:
+    return [h for h in hooks(tenant) if event_type in h.event_types and h.blocking == blocking]
+
+
+def wants_claim_events(tenant: dict) -> bool:
+    return any(set(h.event_types) & set(CLAIM_EVENTS) for h in hooks(tenant))
+
+
+def validate(tenant: dict) -> list[tuple[str, str]]:
+    """(field, message) for each hook the CRD would refuse too (this holds without the CRD)."""
+    problems = []
+    seen = set()
+    for index, entry in enumerate((tenant.get("spec") or {}).get("hooks") or []):
+        field = f"spec.hooks[{index}]"
+        name = entry.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name or ""):
+            problems.append((f"{field}.name", f"{field}.name {name!r} is not a DNS label"))
+        elif name in seen:
+            problems.append((f"{field}.name", f"{field}.name {name!r} is listed twice"))
+        seen.add(name)
+        url = entry.get("url")
+        if not isinstance(url, str) or not URL.fullmatch(url):
+            problems.append((f"{field}.url", f"{field}.url {url!r} is not an http(s) URL"))
+        events = entry.get("eventTypes") or []
+        unknown = [e for e in events if e not in EVENT_TYPES]
+        if not events or unknown:
+            problems.append(
+                (f"{field}.eventTypes", f"{field}.eventTypes must list some of {', '.join(EVENT_TYPES)}: {unknown}")
+            )
+    return problems
+
+
+# -- which tenant event is due --------------------------------------------------------------------------------
+
+
+def hook_status(tenant: dict) -> dict:
+    return dict((tenant.get("status") or {}).get("hooks") or {})
+
+
+def tenant_event_due(tenant: dict) -> str | None:
+    """CREATE (never announced), UPDATE (a newer generation), DELETE (being deleted), or None."""
+    recorded = hook_status(tenant)
+    if (tenant.get("metadata") or {}).get("deletionTimestamp"):
+        return None if recorded.get("deleteAnnounced") else DELETE
+    announced = recorded.get("announcedGeneration")
+    if announced is None:
+        # A tenant deployed before it had hooks state (an upgrade) is not created again.
+        return UPDATE if (tenant.get("status") or {}).get("state") == "Deployed" else CREATE
+    if (tenant.get("metadata") or {}).get("generation", 0) > announced:
+        return UPDATE
+    return None
+
+
+# -- claim events --------------------------------------------------------------------------------------------
+
+
+def claim_facts(claim: dict) -> dict:
+    """What a claim's events are computed from; never its host's BMC or hardware data."""
+    meta = claim.get("metadata") or {}
+    status = claim.get("status") or {}
+    host = (status.get("hardwareData") or {}).get("name") or ""
+    provisioned = any(
+        c.get("type") == "Provisioned" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return {
+        "namespace": meta.get("namespace", ""),
+        "name": meta.get("name", ""),
+        "hostName": host,
+        "bound": bool(host),
+        "provisioned": bool(host) and provisioned,
+    }
+
+
+def claim_events(recorded: list[dict], claims: list[dict]) -> tuple[list[tuple[str, dict]], list[dict]]:
+    """(event type, claim facts) for each change since `recorded` (what was last delivered), and the new record.
+
+    Unbound claims that never were bound are not recorded (the record is of claims with something to tell).
+    """
+    before = {(r["namespace"], r["name"]): r for r in recorded or []}
+    events: list[tuple[str, dict]] = []
+    record = []
+    seen = set()
+    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace"), c["metadata"].get("name"))):
+        facts = claim_facts(claim)
+        key = (facts["namespace"], facts["name"])
+        seen.add(key)
+        old = before.get(key) or {"bound": False, "provisioned": False, "hostName": ""}
+        if old["bound"] and (not facts["bound"] or old["hostName"] != facts["hostName"]):
+            events.append((CLAIM_RELEASED, {**facts, "hostName": old["hostName"]}))
+            old = {"bound": False, "provisioned": False}
+        if facts["bound"] and not old["bound"]:
+            events.append((CLAIM_BOUND, facts))
+        if facts["provisioned"] and not old["provisioned"]:
+            events.append((CLAIM_PROVISIONED, facts))
+        if facts["bound"]:
+            record.append(facts)
+    for key, old in sorted(before.items()):
+        if key not in seen and old.get("bound"):
+            events.append((CLAIM_RELEASED, {**old, "bound": False, "provisioned": False}))
+    return events, record
+
+
+# -- payloads ------------------------------------------------------------------------------------------------
+
+
+def tenant_spec(tenant: dict, state: str) -> dict:
+    """TAPMS's tenantspec: the spec with the tenant's state; each hook's credentials by Secret name only."""
+    spec = tenant.get("spec") or {}
+    shown = {key: value for key, value in spec.items() if key != "hooks"}
+    shown["state"] = state
+    shown["hooks"] = [
+        {
+            "name": h.name,
+            "url": h.url,
+            "blockingCall": h.blocking,
+            "eventTypes": list(h.event_types),
+            **({"credentialsSecretRef": {"name": h.credentials}} if h.credentials else {}),
+        }
+        for h in hooks(tenant)
+    ]
+    return shown
+
+
+def payload(event_type: str, tenant: dict, state: str, claim: dict | None = None, conditions=None) -> dict:
+    body = {"eventType": event_type, "tenantSpec": tenant_spec(tenant, state)}
+    if claim is not None:
+        body["claim"] = {
+            "namespace": claim["namespace"],
+            "name": claim["name"],
+            "hostName": claim.get("hostName", ""),
+            "conditions": [
+                {k: c.get(k, "") for k in ("type", "status", "reason", "message")} for c in conditions or []
+            ],
+        }
+    return body
+
+
+# -- credentials ---------------------------------------------------------------------------------------------
+
+
+def authorization(secret: dict | None, name: str) -> tuple[str, list[str], str]:
+    """(Authorization header value, the secret values to redact, problem) from a credentials Secret.
+
+    A token is sent as a bearer token, username and password as basic auth; anything else is a problem and
+    nothing is sent. The problem never quotes the Secret's data.
+    """
+    where = f"credentials Secret {CREDENTIALS_NAMESPACE}/{name}"
+    if secret is None:
+        return "", [], f"{where} not found"
+    if secret.get("type") != CREDENTIALS_TYPE:
+        return "", [], f"{where} is not of type {CREDENTIALS_TYPE} (not used)"
+    data = {}
+    try:
+        for key, value in (secret.get("data") or {}).items():
+            data[key] = base64.b64decode(value, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return "", [], f"{where}: data is not base64 of UTF-8 text"
+    values = [v for v in data.values() if v]
+    token, user, password = data.get(TOKEN_KEY), data.get(USERNAME_KEY), data.get(PASSWORD_KEY)
+    if token and not (user or password):
+        header = f"Bearer {token}"
+    elif user and password and not token:
+        header = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    else:
+        return "", values, f"{where} must hold either {TOKEN_KEY} or {USERNAME_KEY} and {PASSWORD_KEY}"
+    if any(ch in header for ch in "\r\n"):
+        return "", values, f"{where}: a value holds a line break"
+    return header, [*values, header, header.split(" ", 1)[1]], ""
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    """`text` with every secret value (and its base64) replaced; the longest first so none leaks in part."""
+    forms = set()
+    for value in secrets:
+        if value:
+            forms.add(value)
+            forms.add(base64.b64encode(value.encode()).decode())
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, REDACTED)
+    return text
+
+
+def excerpt(answer: bytes) -> str:
+    """The start of a hook's answer, printable, for a status message."""
+    text = answer[: ANSWER_EXCERPT * 4].decode("utf-8", errors="replace")
+    text = "".join(ch if ch.isprintable() else " " for ch in text).strip()
+    return text[:ANSWER_EXCERPT] + ("..." if len(text) > ANSWER_EXCERPT else "")
+
+
+# -- backoff and pending deliveries --------------------------------------------------------------------------
+
+
+def backoff(attempts: int) -> float:
+    """Seconds before the next try after `attempts` failed ones: 2, 4, 8 ... capped at 5 minutes."""
+    if attempts <= 0:
+        return 0.0
+    return min(BACKOFF_BASE_SECONDS * 2 ** (attempts - 1), BACKOFF_CAP_SECONDS)
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.strptime(value, TIMESTAMP_FORMAT).replace(tzinfo=UTC)
+
+
+def format_time(value: datetime) -> str:
+    return value.strftime(TIMESTAMP_FORMAT)
+
+
+def delivery_key(entry: dict) -> tuple:
+    claim = entry.get("claim") or {}
+    return entry["hook"], entry["eventType"], claim.get("namespace", ""), claim.get("name", "")
+
+
+def queued(pending: list[dict], tenant: dict, event_type: str, now: str, claim: dict | None = None) -> list[dict]:
+    """`pending` with a delivery of the event to each non-blocking hook subscribed (due now; one per key)."""
+    result = list(pending)
+    keys = {delivery_key(e) for e in result}
+    for hook in subscribed(tenant, event_type, blocking=False):
+        entry = {"hook": hook.name, "eventType": event_type, "attempts": 0, "nextAttemptAt": now, "lastError": ""}
+        if claim is not None:
+            entry["claim"] = {k: claim.get(k, "") for k in ("namespace", "name", "hostName")}
+        if delivery_key(entry) not in keys:
+            keys.add(delivery_key(entry))
+            result.append(entry)
+    return result
+
+
+def due(pending: list[dict], now: datetime) -> list[dict]:
+    return [e for e in pending if parse_time(e["nextAttemptAt"]) <= now]
+
+
+def after_failure(entry: dict, error: str, now: datetime) -> dict | None:
+    """The entry after a failed attempt, due again after the backoff; None when it is given up."""
+    attempts = entry.get("attempts", 0) + 1
+    if attempts >= MAX_ATTEMPTS:
+        return None
+    return {
+        **entry,
+        "attempts": attempts,
+        "nextAttemptAt": format_time(now + timedelta(seconds=backoff(attempts))),
+        "lastError": error[:1000],
+    }
+
+
+def seconds_until_next(pending: list[dict], now: datetime) -> float | None:
+    if not pending:
+        return None
+    soonest = min(parse_time(e["nextAttemptAt"]) for e in pending)
+    return max(0.0, (soonest - now).total_seconds())
+
+
+def refused_wait(hook_state: dict, event: str, generation: int, now: datetime) -> float | None:
+    """Seconds until the blocking hooks that refused this very change may be asked again (None: ask now).
+
+    A new generation (the spec edited) or another event is asked at once.
+    """
+    refused = hook_state.get("refused") or {}
+    if refused.get("eventType") != event or refused.get("generation") != generation:
+        return None
+    wait = (parse_time(refused["nextAskAt"]) - now).total_seconds()
+    return wait if wait > 0 else None
+
+
+def with_refusal(hook_state: dict, event: str, generation: int, now: datetime) -> dict:
+    """hook_state after a blocking hook refused `event` once more: asked again after the backoff."""
+    attempts = hook_state.get("refusedAttempts", 0) + 1
+    next_ask = format_time(now + timedelta(seconds=backoff(attempts)))
+    return {
+        **hook_state,
+        "refusedAttempts": attempts,
+        "refused": {"eventType": event, "generation": generation, "nextAskAt": next_ask},
+    }
+
+
+def allowed(hook_state: dict) -> dict:
+    """hook_state once the blocking hooks allowed the change: no refusal left."""
+    return {k: v for k, v in hook_state.items() if k not in ("refused", "refusedAttempts")}
+
+
+def condition_of(pending: list[dict], refusal: str, abandoned: list[str]) -> tuple[str, str, str]:
+    """(status, reason, message) of the Hooks condition."""
+    if refusal:
+        return "False", HOOK_REFUSED, refusal
+    if pending:
+        lines = [
+            f"hook {e['hook']!r} {e['eventType']}"
+            + (f" {e['claim']['namespace']}/{e['claim']['name']}" if e.get("claim") else "")
+            + f": attempt {e['attempts']} failed ({e['lastError']}), next at {e['nextAttemptAt']}"
+            for e in pending
+            if e.get("attempts")
+        ]
+        if lines:
+            return "True", DELIVERY_RETRYING, "; ".join(lines)
+    if abandoned:
+        return "True", DELIVERY_ABANDONED, "; ".join(abandoned)
+    return "True", HOOKS_DELIVERED, ""
+
+
+def refusal_message(hook: Hook, event_type: str, detail: str) -> str:
+    return f"blocking hook {hook.name!r} refused {event_type}: {detail}"
+
+
+def refusal_message_pending(event_type: str) -> str:
+    return f"a blocking hook refused {event_type}; asked again after the backoff"

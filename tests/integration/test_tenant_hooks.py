@@ -1,0 +1,569 @@
+"""Tenant hooks on the real API server, served by a real HTTP server on 127.0.0.1: blocking hooks stop a tenant
+change (create, update, delete) until they answer 200, non-blocking ones never delay it and are retried with
+backoff, claim events are told from current state, and credentials go to the hook only (never to the status, the
+module results, Events or the logs; never to a redirect or from a Secret not meant for hooks)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.reconcile import (
+    TenantRun,
+    reconcile_tenants,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as hook_plan
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from tests.support import REPO_ROOT, eventually, run_playbook, status_of
+
+pytestmark = pytest.mark.integration
+
+PLAYBOOK = REPO_ROOT / "playbooks" / "tenant.yml"
+TENANCY = "tenancy.metalclaim.io/v1alpha1"
+METAL3 = "metal3.io/v1alpha1"
+RBAC = "rbac.authorization.k8s.io/v1"
+TENANT_LABEL = "tenancy.metalclaim.io/tenant"
+CLAIM_SIDE = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}]
+HOOKS_NAMESPACE = hook_plan.CREDENTIALS_NAMESPACE
+# Unguessable per run, so finding them anywhere but in a hook's request is a leak.
+TOKEN = f"tok-{uuid.uuid4().hex}"
+USERNAME = "hook-user"
+PASSWORD = f"pw-{uuid.uuid4().hex}"
+SECRETS = (TOKEN, PASSWORD, base64.b64encode(f"{USERNAME}:{PASSWORD}".encode()).decode())
+
+
+class HookServer:
+    """A hook endpoint on 127.0.0.1: records each POST (path, headers, JSON body) and answers per path."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.answers: dict[str, object] = {}  # path -> status, (status, body, headers) or callable(request)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                request = {
+                    "path": self.path,
+                    "headers": dict(self.headers.items()),
+                    "body": json.loads(self.rfile.read(length) or b"{}"),
+                    "at": time.monotonic(),
+                }
+                server.requests.append(request)
+                answer = server.answers.get(self.path, 200)
+                if callable(answer):
+                    answer = answer(request)
+                status, body, headers = answer if isinstance(answer, tuple) else (answer, b"", {})
+                self.send_response(status)
+                for key, value in headers.items():
+                    self.send_header(key, value)
+                try:
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except BrokenPipeError:
+                    pass  # the caller's timeout ran out first (as the test wants)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def at(self, path: str) -> list[dict]:
+        return [r for r in self.requests if r["path"] == path]
+
+    def events(self, path: str) -> list[str]:
+        return [r["body"]["eventType"] for r in self.at(path)]
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    hook_server = HookServer()
+    yield hook_server
+    hook_server.stop()
+
+
+def api(clients, kind: str, api_version: str = "v1"):
+    return clients["admin"].resources.get(api_version=api_version, kind=kind)
+
+
+@pytest.fixture
+def credentials(clients):
+    """Credentials Secrets in the hooks namespace: a token, a username/password, and a token in an Opaque Secret."""
+    if status_of(lambda: api(clients, "Namespace").get(name=HOOKS_NAMESPACE)) == 404:
+        api(clients, "Namespace").create(
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HOOKS_NAMESPACE}}
+        )
+    suffix = uuid.uuid4().hex[:6]
+    names = {"token": f"token-{suffix}", "basic": f"basic-{suffix}", "opaque": f"opaque-{suffix}"}
+    bodies = [
+        (names["token"], hook_plan.CREDENTIALS_TYPE, {"token": TOKEN}),
+        (names["basic"], hook_plan.CREDENTIALS_TYPE, {"username": USERNAME, "password": PASSWORD}),
+        (names["opaque"], "Opaque", {"token": TOKEN}),
+    ]
+    for name, type_, data in bodies:
+        api(clients, "Secret").create(
+            body={
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": type_,
+                "metadata": {"name": name, "namespace": HOOKS_NAMESPACE},
+                "stringData": data,
+            }
+        )
+    yield names
+    for name in names.values():
+        api(clients, "Secret").delete(name=name, namespace=HOOKS_NAMESPACE)
+
+
+def read_tenant(clients, name: str) -> dict | None:
+    try:
+        return api(clients, "Tenant", TENANCY).get(name=name).to_dict()
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def condition(tenant: dict, type_: str) -> dict:
+    return next(c for c in tenant["status"]["conditions"] if c["type"] == type_)
+
+
+def owned_namespaces(clients, name: str) -> list[str]:
+    items = api(clients, "Namespace").get(label_selector=f"{TENANT_LABEL}={name}").items
+    return sorted(i.metadata.name for i in items if not i.metadata.deletionTimestamp)
+
+
+def manifest(name: str, hooks: list[dict], **spec) -> dict:
+    return {
+        "apiVersion": TENANCY,
+        "kind": "Tenant",
+        "metadata": {"name": name},
+        "spec": {"tenantName": name, "childNamespaces": ["work"], "hooks": hooks, **spec},
+    }
+
+
+@pytest.fixture
+def tenants(clients, devenv, tmp_path):
+    """Tenant names for one test; each is deleted afterwards, its hooks removed first so none can hold it."""
+    names: list[str] = []
+
+    def new() -> str:
+        names.append(f"hk{uuid.uuid4().hex[:6]}")
+        return names[-1]
+
+    yield new
+    for name in names:
+        try:
+            api(clients, "Tenant", TENANCY).patch(
+                body={"spec": {"hooks": None}}, name=name, content_type="application/merge-patch+json"
+            )
+            api(clients, "Tenant", TENANCY).delete(name=name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+    for _attempt in range(15):
+        present = [n for n in names if read_tenant(clients, n)]
+        if not present:
+            break
+        reconcile(devenv, present)
+        time.sleep(1)
+
+
+def playbook(devenv, tmp_path, run: str, **extravars) -> dict:
+    extravars.setdefault("tenant_claim_side_subjects", CLAIM_SIDE)
+    extravars.setdefault("tenant_fail_on_refusal", False)
+    tasks = run_playbook(tmp_path / run, PLAYBOOK, devenv.kubeconfig("admin"), extravars)
+    result = {t["task"]: t for t in tasks}["Reconcile the Tenants"]
+    assert not result["failed"], result
+    return result
+
+
+def reconcile(devenv, names: list[str]) -> dict:
+    """One tenant_reconcile run in process (as the module runs it), for the tests that need many."""
+    run = TenantRun(Kube({"kubeconfig": devenv.kubeconfig("admin")}), False, "", CLAIM_SIDE)
+    return reconcile_tenants(run, names)
+
+
+def wait_for_next_ask(clients, name: str) -> None:
+    """Sleep past the refusal's backoff (the blocking hooks are not asked again before)."""
+    refused = (read_tenant(clients, name)["status"].get("hooks") or {}).get("refused") or {}
+    if refused:
+        due = hook_plan.parse_time(refused["nextAskAt"]).timestamp()
+        time.sleep(max(0.0, due - time.time()) + 1.1)
+
+
+def wait_until_due(clients, name: str, hook: str):
+    """Sleep until the pending delivery to `hook` is due; its nextAttemptAt."""
+    entry = next(e for e in read_tenant(clients, name)["status"]["hooks"]["pending"] if e["hook"] == hook)
+    due = hook_plan.parse_time(entry["nextAttemptAt"])
+    time.sleep(max(0.0, due.timestamp() - time.time()) + 0.2)
+    return due
+
+
+def assert_never_leaked(*texts: str) -> None:
+    for text in texts:
+        for secret in SECRETS:
+            assert secret not in text, f"a credential leaked: ...{text[max(0, text.find(secret) - 80) :][:200]}"
+
+
+def everything_written_down(clients, tmp_path, name: str) -> list[str]:
+    """Where a credential must never be: the Tenant, every Event of the cluster, every run's artifacts."""
+    found = [json.dumps(read_tenant(clients, name) or {}, default=str)]
+    found.append(json.dumps(api(clients, "Event").get().to_dict(), default=str))
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            found.append(path.read_text(errors="replace"))
+    return found
+
+
+def test_a_blocking_hook_stops_create_update_and_delete_until_it_answers_200(
+    devenv, clients, server, credentials, tenants, tmp_path
+):
+    name = tenants()
+    gate = {
+        "name": "gate",
+        "url": server.url("/gate"),
+        "blockingCall": True,
+        "eventTypes": ["CREATE", "UPDATE", "DELETE"],
+        "credentialsSecretRef": {"name": credentials["token"]},
+        "timeoutSeconds": 3,
+    }
+    notify = {
+        "name": "notify",
+        "url": server.url("/notify"),
+        "eventTypes": ["CREATE", "UPDATE", "DELETE"],
+        "credentialsSecretRef": {"name": credentials["basic"]},
+    }
+    # The hook refuses, echoing the Authorization header it got (a careless or hostile hook): never in the status.
+    server.answers["/gate"] = lambda r: (500, f"not in the CMDB yet ({r['headers']['Authorization']})".encode(), {})
+    source = tmp_path / "tenant.json"
+    source.write_text(json.dumps(manifest(name, [gate, notify])))
+
+    # CREATE refused: nothing of the tenant exists, the status says which hook and why.
+    result = playbook(devenv, tmp_path, "create-refused", tenant_src=str(source))
+    tenant = read_tenant(clients, name)
+    hooks_condition = condition(tenant, "Hooks")
+    assert tenant["status"]["state"] == "New"
+    assert (hooks_condition["status"], hooks_condition["reason"]) == ("False", "HookRefused")
+    assert hooks_condition["message"] == (
+        "blocking hook 'gate' refused CREATE: answered 500: not in the CMDB yet ([redacted])"
+    )
+    assert condition(tenant, "Ready")["status"] == "False"
+    assert owned_namespaces(clients, name) == [] and not tenant["metadata"].get("finalizers")
+    assert result["tenants"][0]["reason"] == "HookRefused" and result["requeue"] == [name]
+    (asked,) = server.at("/gate")
+    assert asked["headers"]["Authorization"] == f"Bearer {TOKEN}"
+    assert asked["headers"]["Content-Type"] == "application/json"
+    assert asked["body"]["eventType"] == "CREATE"
+    assert asked["body"]["tenantSpec"]["tenantName"] == name and asked["body"]["tenantSpec"]["state"] == "New"
+    assert asked["body"]["tenantSpec"]["hooks"][0]["credentialsSecretRef"] == {"name": credentials["token"]}
+    assert server.at("/notify") == []  # non-blocking hooks hear of a change that happened, only
+
+    # Within the backoff the refusal stands and the hook is not asked again; after it, a 200 lets CREATE through.
+    within = reconcile(devenv, [name])
+    assert len(server.at("/gate")) == 1 and within["hook_requests"] == 0 and within["writes"] == 0
+    assert within["tenants"][0]["reason"] == "HookRefused" and within["tenants"][0]["requeue_after"] > 0
+    server.answers["/gate"] = 200
+    wait_for_next_ask(clients, name)
+    playbook(devenv, tmp_path, "create-allowed", tenant_names=[name])
+    tenant = read_tenant(clients, name)
+    assert tenant["status"]["state"] == "Deployed" and owned_namespaces(clients, name) == [f"{name}-work"]
+    assert (condition(tenant, "Hooks")["reason"], condition(tenant, "Ready")["status"]) == ("HooksDelivered", "True")
+    assert server.events("/gate") == ["CREATE", "CREATE"] and server.events("/notify") == ["CREATE"]
+    (told,) = server.at("/notify")
+    assert told["headers"]["Authorization"] == "Basic " + SECRETS[2]
+    assert told["body"]["tenantSpec"]["state"] == "Deployed"  # told after the change
+    assert tenant["status"]["hooks"]["pending"] == []
+    # Settled: a run asks and tells nobody and writes nothing.
+    settled = playbook(devenv, tmp_path, "settled", tenant_names=[name])
+    assert settled["writes"] == 0 and settled["hook_requests"] == 0
+
+    # UPDATE refused: the new child namespace is not made, the tenant stays Deployed as it was.
+    server.answers["/gate"] = (403, b"change freeze", {})
+    api(clients, "Tenant", TENANCY).patch(
+        body={"spec": {"childNamespaces": ["work", "more"]}}, name=name, content_type="application/merge-patch+json"
+    )
+    playbook(devenv, tmp_path, "update-refused", tenant_names=[name])
+    tenant = read_tenant(clients, name)
+    assert tenant["status"]["state"] == "Deployed" and owned_namespaces(clients, name) == [f"{name}-work"]
+    assert condition(tenant, "Hooks")["message"] == "blocking hook 'gate' refused UPDATE: answered 403: change freeze"
+    server.answers["/gate"] = 200
+    wait_for_next_ask(clients, name)
+    playbook(devenv, tmp_path, "update-allowed", tenant_names=[name])
+    assert owned_namespaces(clients, name) == [f"{name}-more", f"{name}-work"]
+    assert server.events("/gate")[-1] == "UPDATE" and server.events("/notify") == ["CREATE", "UPDATE"]
+    assert server.at("/notify")[-1]["body"]["tenantSpec"]["childNamespaces"] == ["work", "more"]
+
+    # DELETE refused: nothing is removed (namespaces, finalizer), the Deletion condition says which hook and why.
+    server.answers["/gate"] = (503, b"tenant still billed", {})
+    api(clients, "Tenant", TENANCY).delete(name=name)
+    playbook(devenv, tmp_path, "delete-refused", tenant_names=[name])
+    tenant = read_tenant(clients, name)
+    deletion = condition(tenant, "Deletion")
+    assert tenant["status"]["state"] == "Deleting"
+    assert (deletion["reason"], deletion["message"]) == (
+        "HookRefused",
+        "blocking hook 'gate' refused DELETE: answered 503: tenant still billed",
+    )
+    assert owned_namespaces(clients, name) == [f"{name}-more", f"{name}-work"]
+    assert tenant["metadata"]["finalizers"] == ["tenancy.metalclaim.io/tenant"]
+    server.answers["/gate"] = 200
+    wait_for_next_ask(clients, name)
+    for attempt in range(20):
+        playbook(devenv, tmp_path, f"delete-{attempt}", tenant_names=[name])
+        if read_tenant(clients, name) is None:
+            break
+        time.sleep(1)
+    assert read_tenant(clients, name) is None and owned_namespaces(clients, name) == []
+    assert server.events("/gate")[-1] == "DELETE" and server.events("/notify") == ["CREATE", "UPDATE", "DELETE"]
+    assert server.at("/notify")[-1]["body"]["tenantSpec"]["state"] == "Deleting"
+
+    # Never written down anywhere: not in the Tenant (gone now: its status was checked above), Events, run artifacts.
+    assert_never_leaked(*everything_written_down(clients, tmp_path, name))
+
+
+def test_a_non_blocking_hook_never_delays_the_change_and_is_retried_with_backoff(
+    devenv, clients, server, credentials, tenants, tmp_path
+):
+    name = tenants()
+    state_when_told = []
+    release = threading.Event()
+
+    def slow(request):
+        # What the tenant looked like while this hook was being told: the change is already there.
+        state_when_told.append((read_tenant(clients, name)["status"] or {}).get("state"))
+        release.wait(10)
+        return 200
+
+    server.answers["/slow"] = slow
+    server.answers["/down"] = (503, b"maintenance", {})
+    hooks = [
+        {"name": "slow", "url": server.url("/slow"), "eventTypes": ["CREATE"], "timeoutSeconds": 2},
+        {
+            "name": "down",
+            "url": server.url("/down"),
+            "eventTypes": ["CREATE"],
+            "credentialsSecretRef": {"name": credentials["token"]},
+        },
+    ]
+    api(clients, "Tenant", TENANCY).create(body=manifest(name, hooks))
+    started = time.monotonic()
+    result = reconcile(devenv, [name])
+    release.set()
+    print(f"\nreconcile with a hanging and a failing non-blocking hook: {time.monotonic() - started:.1f}s")
+    assert state_when_told == ["Deployed"]
+    tenant = read_tenant(clients, name)
+    assert tenant["status"]["state"] == "Deployed" and owned_namespaces(clients, name) == [f"{name}-work"]
+    pending = {e["hook"]: e for e in tenant["status"]["hooks"]["pending"]}
+    assert sorted(pending) == ["down", "slow"]
+    assert pending["down"]["attempts"] == 1 and pending["down"]["lastError"] == "answered 503: maintenance"
+    assert pending["slow"]["lastError"] == "no answer within 2s"
+    retrying = condition(tenant, "Hooks")
+    assert (retrying["status"], retrying["reason"]) == ("True", "DeliveryRetrying")  # never holds the tenant
+    assert condition(tenant, "Ready")["status"] == "True"
+    assert result["requeue"] == [name] and 0 < result["tenants"][0]["requeue_after"] <= 2
+
+    # Not due yet: nobody is called again.
+    reconcile(devenv, [name])
+    assert len(server.at("/down")) == 1
+    # Due: tried again; still failing, the next try is twice as far.
+    first_retry = wait_until_due(clients, name, "down")
+    reconcile(devenv, [name])
+    pending = {e["hook"]: e for e in read_tenant(clients, name)["status"]["hooks"]["pending"]}
+    assert len(server.at("/down")) == 2 and pending["down"]["attempts"] == 2 and "slow" not in pending
+    assert server.at("/down")[-1]["headers"]["Authorization"] == f"Bearer {TOKEN}"
+    second_retry = hook_plan.parse_time(pending["down"]["nextAttemptAt"])
+    assert (second_retry - first_retry).total_seconds() >= 4 - 1  # the backoff doubled (timestamps are in seconds)
+    server.answers["/down"] = 200
+    wait_until_due(clients, name, "down")
+    reconcile(devenv, [name])
+    tenant = read_tenant(clients, name)
+    assert tenant["status"]["hooks"]["pending"] == [] and condition(tenant, "Hooks")["reason"] == "HooksDelivered"
+    assert server.events("/down") == ["CREATE"] * 3 and server.events("/slow") == ["CREATE"] * 2
+    assert_never_leaked(json.dumps(tenant, default=str), json.dumps(result, default=str))
+
+
+def test_claim_events_are_told_from_current_state(devenv, clients, server, tenants, rack, tmp_path):
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.reconcile import reconcile_claims
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import ClaimRun
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
+
+    name = tenants()
+    rack.host("h1", annotations={"bmc-password": "never-told"})
+    hook = {
+        "name": "claims",
+        "url": server.url("/claims"),
+        "eventTypes": ["CLAIM_BOUND", "CLAIM_PROVISIONED", "CLAIM_RELEASED"],
+    }
+    api(clients, "Tenant", TENANCY).create(body=manifest(name, [hook], hostPools=[{"namespace": rack.namespace}]))
+    reconcile(devenv, [name])
+    assert server.at("/claims") == []  # no claim yet (and tenant events are not subscribed)
+
+    def claim_layer():
+        run = ClaimRun(Kube({"kubeconfig": devenv.kubeconfig("controller")}), rack.claim_args(), now(), False)
+        run.finish(reconcile_claims(run))
+
+    namespace = f"{name}-work"
+    rack.claim("c1", namespace=namespace, identity="admin")
+    claim_layer()
+    assert rack.read_host("h1")["spec"]["consumerRef"]["name"] == "c1"
+    reconcile(devenv, [name])
+    (bound,) = server.at("/claims")
+    assert bound["body"]["eventType"] == "CLAIM_BOUND"
+    assert {k: v for k, v in bound["body"]["claim"].items() if k != "conditions"} == {
+        "namespace": namespace,
+        "name": "c1",
+        "hostName": "h1",
+    }
+    assert {c["type"] for c in bound["body"]["claim"]["conditions"]} >= {"Association", "Provisioned"}
+    assert "bmc" not in json.dumps(bound["body"]).lower() and "never-told" not in json.dumps(bound["body"])
+
+    rack.set_state("h1", "provisioned")
+    claim_layer()
+    reconcile(devenv, [name])
+    reconcile(devenv, [name])  # told once
+    assert server.events("/claims") == ["CLAIM_BOUND", "CLAIM_PROVISIONED"]
+    provisioned = server.at("/claims")[-1]["body"]["claim"]["conditions"]
+    assert any(c["type"] == "Provisioned" and c["status"] == "True" for c in provisioned)
+
+    # The claim gone (its finalizer dropped, as the rack's cleanup does): released, with the host it had.
+    api(clients, "HostClaim", METAL3).patch(
+        body={"metadata": {"finalizers": None}},
+        name="c1",
+        namespace=namespace,
+        content_type="application/merge-patch+json",
+    )
+    api(clients, "HostClaim", METAL3).delete(name="c1", namespace=namespace)
+    rack.claims.clear()
+    eventually(lambda: status_of(lambda: api(clients, "HostClaim", METAL3).get(name="c1", namespace=namespace)) == 404)
+    reconcile(devenv, [name])
+    assert server.events("/claims") == ["CLAIM_BOUND", "CLAIM_PROVISIONED", "CLAIM_RELEASED"]
+    assert server.at("/claims")[-1]["body"]["claim"] == {
+        "namespace": namespace,
+        "name": "c1",
+        "hostName": "h1",
+        "conditions": [],
+    }
+    assert read_tenant(clients, name)["status"]["hooks"]["claims"] == []
+
+
+def test_credentials_go_nowhere_else(devenv, clients, server, credentials, tenants, tmp_path):
+    """Attacks: a Secret not meant for hooks, a redirect to another endpoint, a hook echoing the credentials."""
+    opaque, redirected = tenants(), tenants()
+    # A Tenant author names a Secret of the hooks namespace that is not hook credentials: it is never read out.
+    api(clients, "Tenant", TENANCY).create(
+        body=manifest(
+            opaque,
+            [
+                {
+                    "name": "gate",
+                    "url": server.url("/steal"),
+                    "blockingCall": True,
+                    "eventTypes": ["CREATE"],
+                    "credentialsSecretRef": {"name": credentials["opaque"]},
+                }
+            ],
+        )
+    )
+    # A hook redirects elsewhere: the Authorization header is not carried there (no redirect is followed).
+    server.answers["/moved"] = (307, b"", {"Location": server.url("/elsewhere")})
+    api(clients, "Tenant", TENANCY).create(
+        body=manifest(
+            redirected,
+            [
+                {
+                    "name": "gate",
+                    "url": server.url("/moved"),
+                    "blockingCall": True,
+                    "eventTypes": ["CREATE"],
+                    "credentialsSecretRef": {"name": credentials["token"]},
+                }
+            ],
+        )
+    )
+    result = reconcile(devenv, [opaque, redirected])
+    assert server.at("/steal") == [] and server.at("/elsewhere") == []
+    assert server.at("/moved")[0]["headers"]["Authorization"] == f"Bearer {TOKEN}"  # the hook itself, only
+    refused = condition(read_tenant(clients, opaque), "Hooks")
+    assert refused["message"] == (
+        f"blocking hook 'gate' refused CREATE: credentials Secret {HOOKS_NAMESPACE}/{credentials['opaque']} "
+        f"is not of type {hook_plan.CREDENTIALS_TYPE} (not used)"
+    )
+    assert (
+        condition(read_tenant(clients, redirected), "Hooks")["message"]
+        == "blocking hook 'gate' refused CREATE: answered 307"
+    )
+    assert owned_namespaces(clients, opaque) == [] and owned_namespaces(clients, redirected) == []
+    assert_never_leaked(json.dumps(result, default=str), *everything_written_down(clients, tmp_path, opaque))
+
+
+def test_the_tenancy_identity_gets_hook_credentials_by_name_only(clients, devenv, credentials):
+    """config/rbac/tenancy_hooks_role.yaml bound to the tenants side: get a Secret of the hooks namespace by name; no
+    list or watch there, no Secret anywhere else."""
+    import yaml
+
+    role = next(
+        d
+        for d in yaml.safe_load_all((REPO_ROOT / "config/rbac/tenancy_hooks_role.yaml").read_text())
+        if d["kind"] == "Role"
+    )
+    role["metadata"]["name"] = f"test-{uuid.uuid4().hex[:6]}"
+    user = f"tenancy-{uuid.uuid4().hex[:6]}"
+    api(clients, "Role", RBAC).create(body=role)
+    binding = {
+        "apiVersion": RBAC,
+        "kind": "RoleBinding",
+        "metadata": {"name": role["metadata"]["name"], "namespace": HOOKS_NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    api(clients, "RoleBinding", RBAC).create(body=binding)
+    try:
+        api_client = kube_config.new_client_from_config(config_file=devenv.kubeconfig("admin"))
+        api_client.set_default_header("Impersonate-User", user)
+        secrets = DynamicClient(api_client).resources.get(api_version="v1", kind="Secret")
+        eventually(lambda: status_of(lambda: secrets.get(name=credentials["token"], namespace=HOOKS_NAMESPACE)) == 200)
+        assert status_of(lambda: secrets.get(namespace=HOOKS_NAMESPACE)) == 403  # list
+        assert status_of(lambda: secrets.get(namespace=HOOKS_NAMESPACE, watch=False, label_selector="x")) == 403
+        assert status_of(lambda: secrets.get(namespace="default")) == 403
+        assert status_of(lambda: secrets.get(name="anything", namespace="kube-system")) == 403
+        assert status_of(lambda: secrets.delete(name=credentials["token"], namespace=HOOKS_NAMESPACE)) == 403
+    finally:
+        api(clients, "RoleBinding", RBAC).delete(name=role["metadata"]["name"], namespace=HOOKS_NAMESPACE)
+        api(clients, "Role", RBAC).delete(name=role["metadata"]["name"], namespace=HOOKS_NAMESPACE)
+
+
+def test_bad_hooks_are_refused_by_the_api_server_naming_the_field(clients):
+    tenants_api = api(clients, "Tenant", TENANCY)
+    good = {"name": "a", "url": "http://127.0.0.1:9/a", "eventTypes": ["CREATE"]}
+    cases = {
+        "spec.hooks[0].url": [{**good, "url": "file:///etc/passwd"}],
+        "spec.hooks[1]": [good, good],  # the same name twice
+        "spec.hooks[0].eventTypes[0]": [{**good, "eventTypes": ["EXPLODE"]}],
+    }
+    for field, hooks in cases.items():
+        name = f"bad{uuid.uuid4().hex[:6]}"
+        with pytest.raises(ApiException) as refused:
+            tenants_api.create(body=manifest(name, hooks))
+        assert refused.value.status == 422 and field in refused.value.body, (field, refused.value.body)
