@@ -64,11 +64,16 @@ def test_two_controllers_serving_different_kinds_leave_each_others_claims_alone(
     """One controller serves baremetal, the other remote, on the same cluster and tenant namespace: each binds or
     mirrors its own claims, never runs a playbook for the other's, and writes nothing on them; a claim of a kind
     neither serves stays untouched (no finalizer, condition or Event). A remote claim's kubeconfig Secret is
-    watched: created after the claim, it brings the refused claim back."""
+    watched: created after the claim, it brings the refused claim back; a hardware namespace outside
+    --remote-allowed-namespaces is refused."""
     rack.policy()
     rack.host("h1")
     baremetal = ControllerProcess(devenv, tmp_path / "baremetal", *claim_side(rack))
-    remote = ControllerProcess(devenv, tmp_path / "remote", "--controllers", "claims", "--kinds", "remote")
+    remote = ControllerProcess(
+        devenv,
+        tmp_path / "remote",
+        *("--controllers", "claims", "--kinds", "remote", "--remote-allowed-namespaces", f"{hw_tenant.namespace},x-.*"),
+    )
     try:
         local = f"local-{tenant.suffix}"
         rack.claim(local)
@@ -82,6 +87,8 @@ def test_two_controllers_serving_different_kinds_leave_each_others_claims_alone(
             message=f"{mirrored} refused\n{remote.output()}",
         )
         tenant.kubeconfig_secret(hw_tenant.kubeconfig())
+        # The operator's allowed hardware namespaces (--remote-allowed-namespaces) reach the runs.
+        elsewhere = tenant.claim("elsewhere", tenant.kubeconfig_secret(hw_tenant.kubeconfig("hw-other"), "other"))
         eventually(
             lambda: associated(rack, local), timeout=REACTION, message=f"{local} associated\n{baremetal.output()}"
         )
@@ -112,6 +119,8 @@ def test_two_controllers_serving_different_kinds_leave_each_others_claims_alone(
         mirrored_claim = tenant.read(mirrored)
         assert _finalizers(mirrored_claim) == [REMOTE_FINALIZER]
         assert "Association" not in _condition_types(mirrored_claim), mirrored_claim["status"]
+        refused = condition(tenant.read(elsewhere), "Mirrored")
+        assert refused.get("reason") == "RemoteNamespaceNotAllowed", refused
         untouched = rack.read_claim(unserved)
         assert not _finalizers(untouched) and not (untouched.get("status") or {}).get("conditions"), untouched
         assert tenant.events(unserved) == []

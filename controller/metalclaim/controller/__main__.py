@@ -85,6 +85,12 @@ def parser() -> argparse.ArgumentParser:
         "cluster), remote (remote.yml: mirrored into a hardware cluster); claims of other kinds are left alone",
         "baremetal",
     )
+    add(
+        "--remote-allowed-namespaces",
+        "kind remote: comma-separated regular expressions (full match) a kubeconfig's context namespace must match "
+        "in the hardware cluster; empty: any namespace its identity may use",
+        "",
+    )
     add("--shard", "i/n: serve the claims and hosts whose namespace hashes to shard i of n (a Lease each)", "0/1")
     add("--namespace-selector", "label selector of the claim namespaces served (e.g. metalclaim.io/role=tenant)", "")
     add(
@@ -179,6 +185,7 @@ def main(argv=None) -> int:
 
     try:
         kinds = mapper.parse_kinds(args.kinds)
+        remote_allowed_namespaces = mapper.parse_allowed_namespaces(args.remote_allowed_namespaces)
     except ValueError as error:
         parser().error(str(error))
     from kubernetes import config as kube_config
@@ -205,6 +212,7 @@ def main(argv=None) -> int:
         keep_artifacts=args.keep_artifacts,
         scope=scope,
         kinds=kinds,
+        remote_allowed_namespaces=remote_allowed_namespaces,
         namespace_selector=args.namespace_selector,
         deploy_iso_url=args.deploy_iso_url,
         provision_max_concurrent=args.provision_max_concurrent,

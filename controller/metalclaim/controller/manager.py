@@ -57,6 +57,7 @@ class Settings:
     runner_slots: int = 1  # ansible-runner children running at once (each a dispatcher thread)
     scope: Scope = field(default_factory=Scope)  # sides (claims, provisioner) and shard
     kinds: tuple = mapper.DEFAULT_KINDS  # claim kinds the claims side serves; others' claims are left alone
+    remote_allowed_namespaces: tuple = ()  # patterns a remote claim's hardware namespace must match; empty: any
     namespace_selector: str = ""  # label selector of the claim namespaces served; empty: all
     deploy_iso_url: str = ""
     media_dir: str = ""
@@ -205,7 +206,10 @@ class Controller:
             # The runs' localhost interpreter is ansible-playbook's own: no module process is needed.
             return collection.playbook("reconcile"), {"hostclaim_reconcile_claims": refs, IN_PROCESS: True}
         if group == mapper.REMOTE:
-            return collection.playbook("remote"), {"hostclaim_remote_claims": refs}
+            extravars = {"hostclaim_remote_claims": refs}
+            if self.settings.remote_allowed_namespaces:
+                extravars["hostclaim_remote_allowed_namespaces"] = list(self.settings.remote_allowed_namespaces)
+            return collection.playbook("remote"), extravars
         if group == mapper.TENANT:
             return collection.playbook("tenant"), {
                 "tenant_names": [name for _kind, _namespace, name in keys],
@@ -452,6 +456,7 @@ class Controller:
             "started",
             controllers=list(sides),
             kinds=list(settings.kinds),
+            remote_allowed_namespaces=list(settings.remote_allowed_namespaces),
             shard=f"{settings.scope.shard[0]}/{settings.scope.shard[1]}",
             namespace_selector=settings.namespace_selector,
             infra_namespaces=list(settings.infra_namespaces),

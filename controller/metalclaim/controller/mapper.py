@@ -31,7 +31,10 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (
     PROVISIONER_ANNOTATION,  # who provisions a host (ours, or Metal3's BMO): a host annotation or namespace label
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.kubeconfig import secret_ref
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.kubeconfig import (
+    compile_allowed,
+    secret_ref,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.mirror import REMOTE_KIND
 
 CLAIM = "claim"
@@ -60,6 +63,16 @@ def parse_kinds(text: str) -> tuple[str, ...]:
     if unknown or not kinds:
         raise ValueError(f"--kinds {text!r}: a comma-separated list of {', '.join(CLAIM_KINDS)}")
     return kinds
+
+
+def parse_allowed_namespaces(text: str) -> tuple[str, ...]:
+    """--remote-allowed-namespaces: the patterns, each checked as the module will (a bad one is a flag error)."""
+    patterns = tuple(p.strip() for p in text.split(",") if p.strip())
+    try:
+        compile_allowed(list(patterns))
+    except ValueError as error:
+        raise ValueError(f"--remote-allowed-namespaces: {error}") from error
+    return patterns
 
 
 def claim_key(claim: dict) -> tuple[str, str, str] | None:

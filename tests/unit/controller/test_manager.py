@@ -68,6 +68,9 @@ def test_a_remote_batch_runs_the_remote_playbook_with_its_claims():
     assert extravars == {
         "hostclaim_remote_claims": [{"namespace": "tenant-a", "name": "r1"}, {"namespace": "tenant-b", "name": "r2"}]
     }
+    settings = Settings(kinds=("remote",), remote_allowed_namespaces=("hw-.*", "shared"))
+    extravars = Controller(settings, api_client=None)._extravars("remote", keys)[1]
+    assert extravars["hostclaim_remote_allowed_namespaces"] == ["hw-.*", "shared"]
 
 
 def test_an_unknown_kind_is_a_flag_error(capsys):
@@ -75,3 +78,10 @@ def test_an_unknown_kind_is_a_flag_error(capsys):
         cli.main(["--kinds", "baremetal,vm"])
     assert exit_.value.code == 2
     assert "--kinds 'baremetal,vm'" in capsys.readouterr().err
+
+
+def test_a_bad_allowed_namespace_pattern_is_a_flag_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--kinds", "remote", "--remote-allowed-namespaces", "hw-.*,tenant-("])
+    assert exit_.value.code == 2
+    assert "--remote-allowed-namespaces: allowed_namespaces: 'tenant-('" in capsys.readouterr().err
