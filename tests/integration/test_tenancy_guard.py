@@ -1,0 +1,149 @@
+"""The tenants side's token, stolen: what config/admission/tenancy_policy.yaml stops that RBAC alone lets through.
+
+The tenancy ClusterRole is cluster-wide (tenants' namespaces are not known in advance): create and delete
+Namespaces, create RoleBindings to metalclaim-tenant anywhere. Played here as the controller identity bound to
+metalclaim-tenancy, as a cluster binds its tenants side; each attack is refused by the admission policy (not by
+RBAC: the same request labelled as onboarding makes it, in a tenant's namespace, goes through).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+pytestmark = pytest.mark.integration
+
+RBAC = "rbac.authorization.k8s.io/v1"
+METAL3 = "metal3.io/v1alpha1"
+TENANT_LABEL = "tenancy.metalclaim.io/tenant"
+POLICY = "ValidatingAdmissionPolicy 'metalclaim-tenancy-side'"
+
+
+@pytest.fixture
+def tenancy_side(clients):
+    """The controller identity with the tenants side's rights (config/rbac/tenancy_role.yaml)."""
+    bindings = clients["admin"].resources.get(api_version=RBAC, kind="ClusterRoleBinding")
+    name = f"test-tenancy-guard-{uuid.uuid4().hex[:6]}"
+    bindings.create(
+        body={
+            "apiVersion": RBAC,
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metalclaim-tenancy"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}],
+        }
+    )
+    yield clients["controller"]
+    bindings.delete(name=name)
+
+
+@pytest.fixture
+def namespaces(clients):
+    """Namespaces made for one test (by the admin or the tenants side), all removed afterwards."""
+    made: list[str] = []
+
+    def name(prefix: str) -> str:
+        made.append(f"{prefix}-{uuid.uuid4().hex[:6]}")
+        return made[-1]
+
+    yield name
+    api = clients["admin"].resources.get(api_version="v1", kind="Namespace")
+    for namespace in made:
+        try:
+            api.delete(name=namespace)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+
+def namespace(name: str, tenant: str | None = None) -> dict:
+    labels = {TENANT_LABEL: tenant} if tenant else {}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
+
+
+def tenant_role_binding(namespace: str, tenant: str | None = None) -> dict:
+    labels = {TENANT_LABEL: tenant} if tenant else {}
+    return {
+        "apiVersion": RBAC,
+        "kind": "RoleBinding",
+        "metadata": {"name": "stolen-tenant-rights", "namespace": namespace, "labels": labels},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metalclaim-tenant"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}],
+    }
+
+
+def refused(call) -> str:
+    with pytest.raises(ApiException) as refusal:
+        call()
+    assert refusal.value.status == 403, refusal.value.body
+    assert POLICY in refusal.value.body, f"refused by RBAC, not the guard: {refusal.value.body}"
+    return refusal.value.body
+
+
+def test_a_stolen_tenancy_token_cannot_read_bmc_secrets_through_a_tenant_role_binding(tenancy_side, rack):
+    """metalclaim-tenant lets its subjects read Secrets: bound beside hosts, it would hand over BMC credentials."""
+    bindings = tenancy_side.resources.get(api_version=RBAC, kind="RoleBinding")
+    message = refused(lambda: bindings.create(body=tenant_role_binding(rack.namespace)))
+    assert f"rolebindings {rack.namespace}/stolen-tenant-rights" in message and "metalclaim-controller" in message
+    # Labelled as onboarding labels its bindings, but the namespace is no tenant's.
+    refused(lambda: bindings.create(body=tenant_role_binding(rack.namespace, tenant="evil")))
+    secrets = tenancy_side.resources.get(api_version="v1", kind="Secret")
+    with pytest.raises(ApiException) as denied:
+        secrets.get(namespace=rack.namespace)
+    assert denied.value.status == 403
+
+
+def test_a_stolen_tenancy_token_cannot_delete_or_take_over_a_namespace_onboarding_did_not_make(
+    tenancy_side, clients, namespaces
+):
+    victim = namespaces("victim")
+    clients["admin"].resources.get(api_version="v1", kind="Namespace").create(body=namespace(victim))
+    api = tenancy_side.resources.get(api_version="v1", kind="Namespace")
+    assert f"namespaces {victim}:" in refused(lambda: api.delete(name=victim))
+    taken_over = api.get(name=victim).to_dict()
+    taken_over["metadata"]["labels"] = {TENANT_LABEL: "evil"}
+    refused(lambda: api.replace(body=taken_over))  # labelled first, to be deleted next
+    refused(lambda: api.create(body=namespace(namespaces("unlabelled"))))
+    assert api.get(name=victim).metadata.labels.get(TENANT_LABEL) is None
+
+
+def test_what_onboarding_makes_goes_through_and_stays_its_tenants(tenancy_side, rack, namespaces):
+    api = tenancy_side.resources.get(api_version="v1", kind="Namespace")
+    home = namespaces("t1-home")
+    api.create(body=namespace(home, tenant="t1"))
+    bindings = tenancy_side.resources.get(api_version=RBAC, kind="RoleBinding")
+    bindings.create(body=tenant_role_binding(home, tenant="t1"))
+    refused(
+        lambda: bindings.create(
+            body=dict(
+                tenant_role_binding(home, tenant="t2"),
+                metadata={"name": "other-tenants", "namespace": home, "labels": {TENANT_LABEL: "t2"}},
+            )
+        )
+    )
+    quotas = tenancy_side.resources.get(api_version="v1", kind="ResourceQuota")
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "hostclaims", "namespace": home, "labels": {TENANT_LABEL: "t1"}},
+        "spec": {"hard": {"count/hostclaims.metal3.io": "2"}},
+    }
+    quotas.create(body=quota)
+    refused(lambda: quotas.create(body=dict(quota, metadata={"name": "q", "namespace": rack.namespace})))
+    # Policies live beside the hosts: labelled they are onboarding's, unlabelled they are the infra team's.
+    policies = tenancy_side.resources.get(api_version=METAL3, kind="HostDeployPolicy")
+    policy = {
+        "apiVersion": METAL3,
+        "kind": "HostDeployPolicy",
+        "metadata": {"name": "tenant-t1", "namespace": rack.namespace, "labels": {TENANT_LABEL: "t1"}},
+        "spec": {"hostclaimNamespaces": {"names": [home]}},
+    }
+    policies.create(body=policy)
+    refused(lambda: policies.create(body=dict(policy, metadata={"name": "handmade", "namespace": rack.namespace})))
+    stored = api.get(name=home).to_dict()
+    stored["metadata"]["labels"][TENANT_LABEL] = "t2"
+    assert "may not change that label" in refused(lambda: api.replace(body=stored))
+    policies.delete(name="tenant-t1", namespace=rack.namespace)
+    api.delete(name=home)
