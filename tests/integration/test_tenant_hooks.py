@@ -6,6 +6,7 @@ module results, Events or the logs; never to a redirect or from a Secret not mea
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import threading
 import time
@@ -203,6 +204,11 @@ def reconcile(devenv, names: list[str]) -> dict:
     """One tenant_reconcile run in process (as the module runs it), for the tests that need many."""
     run = TenantRun(Kube({"kubeconfig": devenv.kubeconfig("admin")}), False, "", CLAIM_SIDE)
     return reconcile_tenants(run, names)
+
+
+def hooks_reason(clients, name: str) -> str:
+    conditions = ((read_tenant(clients, name) or {}).get("status") or {}).get("conditions") or []
+    return next((c["reason"] for c in conditions if c["type"] == "Hooks"), "")
 
 
 def wait_for_next_ask(clients, name: str) -> None:
@@ -567,3 +573,102 @@ def test_bad_hooks_are_refused_by_the_api_server_naming_the_field(clients):
         with pytest.raises(ApiException) as refused:
             tenants_api.create(body=manifest(name, hooks))
         assert refused.value.status == 422 and field in refused.value.body, (field, refused.value.body)
+
+
+@pytest.fixture
+def tenancy_side(clients):
+    """The controller identity as the tenants side of a cluster install: metalclaim-tenancy, and the hooks Role."""
+    import yaml
+
+    suffix = uuid.uuid4().hex[:6]
+    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}]
+    role = next(
+        d
+        for d in yaml.safe_load_all((REPO_ROOT / "config/rbac/tenancy_hooks_role.yaml").read_text())
+        if d["kind"] == "Role"
+    )
+    role["metadata"]["name"] = f"test-hooks-{suffix}"
+    api(clients, "Role", RBAC).create(body=role)
+    created = [
+        (
+            "RoleBinding",
+            HOOKS_NAMESPACE,
+            {
+                "apiVersion": RBAC,
+                "kind": "RoleBinding",
+                "metadata": {"name": role["metadata"]["name"], "namespace": HOOKS_NAMESPACE},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role["metadata"]["name"]},
+                "subjects": subject,
+            },
+        ),
+        (
+            "ClusterRoleBinding",
+            None,
+            {
+                "apiVersion": RBAC,
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"test-tenancy-{suffix}"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "metalclaim-tenancy",
+                },
+                "subjects": subject,
+            },
+        ),
+    ]
+    for kind, _namespace, body in created:
+        api(clients, kind, RBAC).create(body=body)
+    yield
+    for kind, namespace, body in created:
+        api(clients, kind, RBAC).delete(name=body["metadata"]["name"], namespace=namespace)
+    api(clients, "Role", RBAC).delete(name=role["metadata"]["name"], namespace=HOOKS_NAMESPACE)
+
+
+def test_the_controller_asks_again_and_retries_by_itself(
+    devenv, clients, server, credentials, tenancy_side, tenants, tmp_path
+):
+    from tests.controllerproc import ControllerProcess
+
+    name = tenants()
+    server.answers["/gate"] = (500, b"not yet", {})
+    server.answers["/notify"] = (502, b"", {})
+    hooks = [
+        {
+            "name": "gate",
+            "url": server.url("/gate"),
+            "blockingCall": True,
+            "eventTypes": ["CREATE", "DELETE"],
+            "credentialsSecretRef": {"name": credentials["token"]},
+        },
+        {"name": "notify", "url": server.url("/notify"), "eventTypes": ["CREATE"]},
+    ]
+    controller = ControllerProcess(
+        devenv, tmp_path / "controller", "--controllers", "tenants", "--tenant-claim-side", "user:metalclaim-controller"
+    )
+    try:
+        api(clients, "Tenant", TENANCY).create(body=manifest(name, hooks))
+        eventually(lambda: hooks_reason(clients, name) == "HookRefused", timeout=60, message="CREATE refused")
+        assert read_tenant(clients, name)["status"]["state"] == "New" and owned_namespaces(clients, name) == []
+        # The hook allows it: the controller asks again after the backoff, nobody runs anything.
+        allowed = time.monotonic()
+        server.answers["/gate"] = 200
+        eventually(lambda: read_tenant(clients, name)["status"]["state"] == "Deployed", timeout=60, message="Deployed")
+        print(f"\nblocking hook allows -> Deployed by the controller: {time.monotonic() - allowed:.1f}s")
+        assert server.at("/gate")[-1]["headers"]["Authorization"] == f"Bearer {TOKEN}"  # read with the Role only
+        # The notification failed, and is retried by the controller with backoff until it is delivered.
+        eventually(lambda: len(server.at("/notify")) >= 2, timeout=30, message="a retry")
+        server.answers["/notify"] = 200
+        eventually(
+            lambda: read_tenant(clients, name)["status"]["hooks"]["pending"] == [], timeout=60, message="delivered"
+        )
+        gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(server.at("/notify"))]
+        print(f"notify attempts {len(gaps) + 1}, gaps {[round(g, 1) for g in gaps]}")
+        assert all(later >= earlier - 1.0 for earlier, later in itertools.pairwise(gaps))  # backing off
+        assert condition(read_tenant(clients, name), "Hooks")["reason"] == "HooksDelivered"
+    except BaseException:
+        print(controller.output())
+        raise
+    finally:
+        controller.stop()
+    assert_never_leaked(*everything_written_down(clients, tmp_path, name))

@@ -70,12 +70,15 @@ def host_outcomes(keys, provision: dict) -> dict:
 
 
 def tenant_outcomes(keys, reconcile: dict) -> dict:
-    """Outcomes of the tenant keys of a tenant.yml run: those waiting on a stage (or a failed write) come back soon."""
+    """Outcomes of the tenant keys of a tenant.yml run: those waiting on a stage (or a failed write) come back soon,
+    those waiting on a hook (a blocking hook's backoff, a delivery's next retry) when the module says."""
     outcomes = {key: Outcome(DONE) for key in keys}
     for entry in reconcile.get("tenants") or []:
         key = (TENANT, "", entry["name"])
         if key in outcomes and entry.get("requeue"):
-            outcomes[key] = Outcome(REQUEUE, delay=TENANT_REQUEUE_SECONDS, reason=entry.get("reason") or "requeue")
+            delay = entry.get("requeue_after")
+            delay = TENANT_REQUEUE_SECONDS if delay is None else max(0.0, float(delay))
+            outcomes[key] = Outcome(REQUEUE, delay=delay, reason=entry.get("reason") or "requeue")
     return outcomes
 
 

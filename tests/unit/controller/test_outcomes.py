@@ -50,6 +50,19 @@ def test_tenant_outcomes_requeue_the_tenants_waiting_on_a_stage():
     assert found[green].result == DONE
 
 
+def test_tenant_outcomes_come_back_when_a_hook_is_due():
+    blue, green = ("tenant", "", "blue"), ("tenant", "", "green")
+    result = {
+        "tenants": [
+            {"name": "blue", "requeue": True, "reason": "HookRefused", "requeue_after": 8.0},
+            {"name": "green", "requeue": True, "requeue_after": -1.0},  # overdue: at once
+        ]
+    }
+    found = outcomes.tenant_outcomes([blue, green], result)
+    assert found[blue] == outcomes.Outcome(REQUEUE, delay=8.0, reason="HookRefused")
+    assert found[green] == outcomes.Outcome(REQUEUE, delay=0.0, reason="requeue")
+
+
 def test_remote_outcomes_poll_the_hardware_cluster_as_the_module_says():
     keys = {name: ("remote", "t", name) for name in ("steady", "down", "refused", "conflict", "released", "absent")}
     result = {
