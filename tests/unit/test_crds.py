@@ -495,16 +495,18 @@ def test_admission_bindings_name_their_policy_and_parameters():
         policy = policies[binding["spec"]["policyName"]]
         assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
         assert policy["spec"]["failurePolicy"] == "Fail"
-        assert policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] in (["hostclaims"], ["secrets"])
+        resources = {r for rule in policy["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
+        tenancy = {"namespaces", "resourcequotas", "rolebindings", "hostdeploypolicies"}
+        assert resources in ({"hostclaims"}, {"secrets"}, tenancy), resources
         if "paramKind" in policy["spec"]:
             ref = binding["spec"]["paramRef"]
             param = kinds[policy["spec"]["paramKind"]["kind"]][ref["name"]]
             assert param["metadata"]["namespace"] == ref["namespace"]
             namespace = yaml.safe_load((REPO / "config" / "namespace" / "namespace.yaml").read_text())
             assert ref["namespace"] == namespace["metadata"]["name"]  # config/namespace, applied first
-            # The HostClaim finalizer guard fails closed; the cluster-wide Secret guard fails open (see its binding).
-            on_secrets = policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["secrets"]
-            assert ref["parameterNotFoundAction"] == ("Allow" if on_secrets else "Deny")
+            # The HostClaim finalizer guard fails closed; the cluster-wide guards (every Secret write, every
+            # Namespace, ResourceQuota and RoleBinding write) fail open (see their bindings).
+            assert ref["parameterNotFoundAction"] == ("Deny" if resources == {"hostclaims"} else "Allow")
 
 
 def test_admission_policy_operators_agree_with_the_crd():
