@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
@@ -38,8 +39,6 @@ except ImportError:  # pragma: no cover - ansible-core brings PyYAML
     yaml = None
 
 # Seconds before a claim is looked at again: the hardware cluster is polled, not watched.
-POLL_CHANGING = 2.0  # the remote claim is not Ready yet, or is being deleted
-POLL_STEADY = 30.0
 POLL_UNREACHABLE = 5.0
 REMOTE_REQUEST_TIMEOUT = 10.0
 
@@ -200,8 +199,7 @@ def _poll(state: str, remote: dict | None) -> float | None:
         return POLL_UNREACHABLE
     if state == "refused":
         return None  # a local change (claim, Secret) brings it back
-    ready = cond.find(((remote or {}).get("status") or {}).get("conditions"), cond.READY) or {}
-    return POLL_STEADY if ready.get("status") == "True" else POLL_CHANGING
+    return m.poll_after(remote, time.time())
 
 
 def _target(run: RemoteRun, claim: dict) -> kc.Target:
@@ -310,7 +308,7 @@ def _delete(run: RemoteRun, claim: dict, client, target: kc.Target, result: dict
         if remote is not None:
             mirrored = ("False", m.DELETING, f"waiting for HostClaim {name} in the hardware cluster to be released")
             result["changed"] = _write_back(run, claim, remote, reachable, mirrored) or result["changed"]
-            result.update(state="deleting", reason=m.DELETING, requeue_after=POLL_CHANGING)
+            result.update(state="deleting", reason=m.DELETING, requeue_after=m.POLL_CHANGING)
             return result
     for role in DATA_ROLES:
         copy_name = m.copy_name(name, role)

@@ -28,6 +28,7 @@ remote -> local
 from __future__ import annotations
 
 import copy
+import datetime
 import re
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import (
@@ -54,6 +55,13 @@ MIRROR_OF = "metalclaim.io/mirror-of"  # on remote objects: the local claim's ui
 MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGER = "metalclaim-remote"
 COPY_OF_LABEL = "metalclaim.io/mirror-of-claim"  # on remote Secret copies: the remote claim's name
+
+# Polling the hardware cluster (the controller cannot watch it): Ready claims seldom; others fast while
+# their remote claim changes, then slower the longer it has not (a claim waiting for a host, or powered off
+# without an image, may never be Ready: it must not keep a runner busy every 2 s for ever).
+POLL_STEADY = 30.0
+POLL_CHANGING = 2.0
+POLL_QUIET_FRACTION = 0.25  # not Ready: poll after a quarter of the time since its last transition
 
 # Conditions of a remote claim, besides those the hardware cluster's claim layer writes.
 REMOTE_CLUSTER = "RemoteCluster"
@@ -258,3 +266,24 @@ def _copied_condition(condition: dict, local: dict) -> dict:
 
 def status_changes(local: dict, wanted: dict) -> dict | None:
     return status_patch(local, wanted)
+
+
+def poll_after(remote: dict | None, now: float) -> float:
+    """Seconds until the next look at a mirrored remote claim: POLL_STEADY once Ready; before, a quarter of
+    the time since its latest condition transition, between POLL_CHANGING and POLL_STEADY."""
+    conditions = ((remote or {}).get("status") or {}).get("conditions") or []
+    if (cond.find(conditions, cond.READY) or {}).get("status") == "True":
+        return POLL_STEADY
+    latest = max((_epoch(c.get("lastTransitionTime")) for c in conditions), default=None)
+    if latest is None:
+        return POLL_CHANGING  # nothing written there yet: its claim layer is about to
+    return min(POLL_STEADY, max(POLL_CHANGING, (now - latest) * POLL_QUIET_FRACTION))
+
+
+def _epoch(timestamp: str | None) -> float:
+    """An RFC 3339 time as the API server writes it (UTC, 'Z'), in seconds; 0 when absent or malformed."""
+    try:
+        parsed = datetime.datetime.strptime(timestamp or "", cond.TIMESTAMP_FORMAT)
+    except ValueError:
+        return 0.0
+    return parsed.replace(tzinfo=datetime.UTC).timestamp()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure import mirror as m
@@ -144,3 +145,24 @@ def test_data_copies_are_ours_and_only_opaque():
     assert wanted["metadata"]["name"] == "web-userdata" and wanted["data"] == {"v": "QQ=="}
     assert m.copy_needs_write(wanted, None)
     assert not m.copy_needs_write(wanted, json.loads(json.dumps(wanted)))
+
+
+def _remote_with(*conditions: tuple[str, str, str]) -> dict:
+    return {"status": {"conditions": [{"type": t, "status": s, "lastTransitionTime": at} for t, s, at in conditions]}}
+
+
+def test_a_remote_claim_is_polled_fast_while_it_changes_and_slower_while_it_waits():
+    now = datetime.datetime(2026, 11, 24, 12, 0, 0, tzinfo=datetime.UTC).timestamp()
+    assert m.poll_after(None, now) == m.POLL_CHANGING  # nothing there yet
+    ready = _remote_with(("Ready", "True", "2026-11-24T11:59:59Z"))
+    assert m.poll_after(ready, now) == m.POLL_STEADY
+    just_bound = _remote_with(
+        ("Association", "True", "2026-11-24T11:59:59Z"), ("Ready", "False", "2026-11-24T11:00:00Z")
+    )
+    assert m.poll_after(just_bound, now) == m.POLL_CHANGING
+    waiting_40s = _remote_with(("Association", "False", "2026-11-24T11:59:20Z"))
+    assert m.poll_after(waiting_40s, now) == 40 * m.POLL_QUIET_FRACTION
+    waiting_an_hour = _remote_with(("Association", "False", "2026-11-24T11:00:00Z"))
+    assert m.poll_after(waiting_an_hour, now) == m.POLL_STEADY
+    # A time it cannot read counts as long ago: never a busy loop.
+    assert m.poll_after(_remote_with(("Association", "False", "yesterday")), now) == m.POLL_STEADY
