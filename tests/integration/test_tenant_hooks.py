@@ -672,3 +672,56 @@ def test_the_controller_asks_again_and_retries_by_itself(
     finally:
         controller.stop()
     assert_never_leaked(*everything_written_down(clients, tmp_path, name))
+
+
+def test_the_controller_tells_claim_events_as_claims_change(
+    devenv, clients, server, tenancy_side, tenants, rack, tmp_path
+):
+    from tests.controllerproc import ControllerProcess
+
+    name = tenants()
+    rack.host("h1")
+    hook = {
+        "name": "claims",
+        "url": server.url("/claims"),
+        "eventTypes": ["CLAIM_BOUND", "CLAIM_PROVISIONED", "CLAIM_RELEASED"],
+    }
+    controller = ControllerProcess(
+        devenv,
+        tmp_path / "controller",
+        "--controllers",
+        "claims,tenants",
+        "--infra-namespaces",
+        rack.namespace,
+        "--tenant-claim-side",
+        "user:metalclaim-controller",
+    )
+    try:
+        api(clients, "Tenant", TENANCY).create(body=manifest(name, [hook], hostPools=[{"namespace": rack.namespace}]))
+        eventually(lambda: (read_tenant(clients, name).get("status") or {}).get("state") == "Deployed", timeout=60)
+        namespace = f"{name}-work"
+        rack.claim("c1", namespace=namespace, identity="admin")
+        eventually(lambda: server.events("/claims") == ["CLAIM_BOUND"], timeout=60, message="CLAIM_BOUND told")
+        bound_at = time.monotonic()
+        assert server.at("/claims")[0]["body"]["claim"]["hostName"] == "h1"
+        rack.set_state("h1", "provisioned")  # as the host's provisioner would
+        eventually(
+            lambda: server.events("/claims") == ["CLAIM_BOUND", "CLAIM_PROVISIONED"], timeout=60, message="provisioned"
+        )
+        print(f"\nhost provisioned -> CLAIM_PROVISIONED told: {time.monotonic() - bound_at:.1f}s after CLAIM_BOUND")
+        api(clients, "HostClaim", METAL3).delete(name="c1", namespace=namespace)
+
+        def released() -> bool:
+            host = rack.read_host("h1")
+            if not host["spec"].get("image") and host["status"]["provisioning"]["state"] != "available":
+                rack.set_state("h1", "available")  # deprovisioned, as the host's provisioner would say
+            return server.events("/claims")[-1:] == ["CLAIM_RELEASED"]
+
+        eventually(released, timeout=90, message="CLAIM_RELEASED told")
+        assert server.at("/claims")[-1]["body"]["claim"]["hostName"] == "h1"
+        assert server.events("/claims") == ["CLAIM_BOUND", "CLAIM_PROVISIONED", "CLAIM_RELEASED"]
+    except BaseException:
+        print(controller.output())
+        raise
+    finally:
+        controller.stop()

@@ -98,6 +98,8 @@ class Controller:
         }
         claims = self.stores["HostClaim"]
         claims.add_index("namespace", lambda c: [c["metadata"]["namespace"]])
+        # The tenants whose hooks want the claim events of a namespace.
+        self.stores["Tenant"].add_index("claim-namespace", mapper.tenant_claim_namespaces)
         self.stores["BareMetalHost"].add_index("namespace", lambda h: [h["metadata"]["namespace"]])
         # The provisioner side's view of namespaces (their opt-in label), apart from the claim side's, which
         # a namespace selector may narrow to tenant namespaces.
@@ -154,6 +156,9 @@ class Controller:
         return not self.settings.namespace_selector or ("", namespace) in self.stores["Namespace"]
 
     def _on_claim(self, old, new, initial=False) -> None:
+        if TENANTS in self.settings.scope.sides:  # a claim event for the hooks of its namespace's tenant
+            tenants = self.stores["Tenant"].by_index("claim-namespace", (new or old)["metadata"]["namespace"])
+            self._enqueue("HostClaim", mapper.claim_changed_for_tenants(old, new, tenants), initial)
         if not self.serves(mapper.claim_key(new or old)):  # another controller's kind (or shard): not a look
             return
         self._observe_association(old, new)
@@ -375,6 +380,8 @@ class Controller:
             self.reflectors += [self._reflector(API_VERSION, "BareMetalHost", self._on_host, ns) for ns in infra]
         if TENANTS in sides:
             self.reflectors.append(self._reflector(TENANCY_API_VERSION, "Tenant", self._on_tenant))
+            if CLAIMS not in sides:  # claim events for tenant hooks (the claims side's reflector serves both)
+                self.reflectors.append(self._reflector(API_VERSION, "HostClaim", self._on_claim))
         if PROVISIONER in sides:
             self.reflectors.append(
                 self._reflector("v1", "Namespace", self._on_infra_namespace, store=self.infra_namespaces)

@@ -36,6 +36,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.
     secret_ref,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.mirror import REMOTE_KIND
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as tenant_hooks
 
 CLAIM = "claim"
 HOST = "host"
@@ -255,3 +256,26 @@ def tenant_changed(old: dict | None, new: dict | None) -> Keys:
     if new is None or fingerprint(old) == fingerprint(new):
         return Keys(dropped=True)
     return Keys([key_of(TENANT, new)])
+
+
+def tenant_claim_namespaces(tenant: dict) -> list[str]:
+    """The namespaces whose claims concern a Tenant: its children, when one of its hooks wants claim events."""
+    if not tenant_hooks.wants_claim_events(tenant):
+        return []
+    spec = tenant.get("spec") or {}
+    children = [f"{spec.get('tenantName', '')}-{child}" for child in spec.get("childNamespaces") or []]
+    return sorted(set(children) | set((tenant.get("status") or {}).get("childNamespaces") or []))
+
+
+def claim_changed_for_tenants(old: dict | None, new: dict | None, tenants: list[dict]) -> Keys:
+    """A claim's bound or provisioned state (or the claim itself) changing is a claim event for the tenants whose
+    hooks want them (tenants: those of the claim's namespace, by tenant_claim_namespaces)."""
+
+    def facts(claim: dict | None):
+        # A claim absent is an unbound one: its creation tells nothing, its deletion once bound is a release.
+        found = tenant_hooks.claim_facts(claim or {})
+        return found["hostName"], found["provisioned"]
+
+    if not tenants or facts(old) == facts(new):
+        return Keys()
+    return Keys(sorted(key_of(TENANT, tenant) for tenant in tenants))

@@ -117,6 +117,29 @@ def test_a_tenant_event_concerns_the_tenant_unless_it_is_the_tenant_steps_own_wr
     assert mapper.tenant_changed(deleting, None).dropped
 
 
+def test_a_claim_bound_provisioned_or_released_concerns_the_tenants_whose_hooks_want_claim_events():
+    hook = {"name": "h", "url": "http://127.0.0.1:9/", "eventTypes": ["CLAIM_BOUND"]}
+    blue = {"metadata": {"name": "blue"}, "spec": {"tenantName": "blue", "childNamespaces": ["w"], "hooks": [hook]}}
+    deaf = {"metadata": {"name": "red"}, "spec": {"tenantName": "red", "childNamespaces": ["w"]}}
+    assert mapper.tenant_claim_namespaces(blue) == ["blue-w"] and mapper.tenant_claim_namespaces(deaf) == []
+
+    unbound = {"metadata": {"namespace": "blue-w", "name": "c"}, "status": {}}
+    bound = {**unbound, "status": {"hardwareData": {"name": "h1"}, "conditions": []}}
+    provisioned = {**unbound, "status": {**bound["status"], "conditions": [{"type": "Provisioned", "status": "True"}]}}
+    relabelled = copy.deepcopy(bound)
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    blue_key = [("tenant", "", "blue")]
+    assert mapper.claim_changed_for_tenants(unbound, bound, [blue]).keys == blue_key
+    assert mapper.claim_changed_for_tenants(bound, provisioned, [blue]).keys == blue_key
+    assert mapper.claim_changed_for_tenants(provisioned, None, [blue]).keys == blue_key  # gone: released
+    assert mapper.claim_changed_for_tenants(bound, unbound, [blue]).keys == blue_key
+    # Nothing to tell: created unbound, deleted unbound, a change of something else, no tenant listening.
+    assert mapper.claim_changed_for_tenants(None, unbound, [blue]).keys == []
+    assert mapper.claim_changed_for_tenants(unbound, None, [blue]).keys == []
+    assert mapper.claim_changed_for_tenants(bound, relabelled, [blue]).keys == []
+    assert mapper.claim_changed_for_tenants(unbound, bound, []).keys == []
+
+
 # -- kind routing: a claim's spec.kind picks its key, and a kind no playbook serves gets none ----------------
 
 REMOTE_CLAIM = changed(
