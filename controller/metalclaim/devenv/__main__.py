@@ -1,4 +1,4 @@
-"""python -m metalclaim.devenv up|status|down --dir DIR [--hosts N | --vms N]"""
+"""python -m metalclaim.devenv up|status|down --dir DIR [--hosts N | --vms N] [--clusters 2]"""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import clusters
 from .env import Devenv
 from .processes import DevenvError, alive
 
@@ -42,6 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path(".devenv"), help="where state, logs and certs live")
     parser.add_argument("--hosts", type=int, default=4, help="emulated Redfish systems (and BareMetalHosts)")
     parser.add_argument("--vms", type=int, default=0, help="real VMs (libvirt, QEMU) instead of emulated systems")
+    parser.add_argument(
+        "--clusters",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="2: also a hardware cluster in DIR/hardware (its own fleet) and tenant-a's kubeconfig for remote claims",
+    )
     parser.add_argument("--no-register", action="store_true", help="start the systems without creating BareMetalHosts")
     parser.add_argument("--bare", action="store_true", help="only the control plane: no CRDs, RBAC or fleet")
     parser.add_argument("--json", action="store_true", help="print the state file instead of a summary")
@@ -49,20 +57,32 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             env = Devenv.up(args.dir, args.hosts, register=not args.no_register, bare=args.bare, vm_count=args.vms)
+            if args.clusters == 2:
+                clusters.up(env, args.hosts)
         else:
             env = Devenv.load(args.dir.resolve())
             if env is None:
                 print(f"no devenv in {args.dir}", file=sys.stderr)
                 return 0 if args.command == "down" else 1
             if args.command == "down":
+                hardware = clusters.load(env.directory)
+                if hardware is not None:  # its processes live under this directory: stopped before it goes
+                    hardware.down()
                 env.down()
                 print(f"devenv in {env.directory} stopped and removed")
                 return 0
     except DevenvError as error:
         print(f"devenv: {error}", file=sys.stderr)
         return 1
-    print(json.dumps(env.state, indent=2) if args.json else summary(env))
-    return 0 if env.healthy() else 1
+    hardware = clusters.load(env.directory)
+    if args.json:
+        print(json.dumps({**env.state, **({"hardware": hardware.state} if hardware else {})}, indent=2))
+    else:
+        print(summary(env))
+        if hardware is not None:
+            print(summary(hardware).replace("metalclaim devenv", "hardware cluster", 1))
+            print(clusters.summary())
+    return 0 if env.healthy() and (hardware is None or hardware.healthy()) else 1
 
 
 if __name__ == "__main__":
