@@ -141,7 +141,8 @@ def test_live_key_joins_the_resync_batch_being_collected() -> None:
 
     t = threading.Thread(target=late_add)
     t.start()
-    batch = q.get_batch(max_size=2000, quiet=0.05, max_wait=0.2, timeout=1)
+    # A quiet period far above the 10 ms: on a loaded machine the adding thread may start late (it failed at 50 ms).
+    batch = q.get_batch(max_size=2000, quiet=0.5, max_wait=2, timeout=3)
     t.join()
     assert len(batch) == 1001
     assert claim("new") in batch
