@@ -16,6 +16,7 @@ import pytest
 from metalclaim.devenv.controlplane import start_apiserver, stop_apiserver
 from tests.claimlayer import TENANT_A
 from tests.controllerproc import ControllerProcess, associated, claim_side, runs_of
+from tests.controllerproc import provisioner as provisioner_side
 from tests.remotecluster import (  # noqa: F401 (fixtures)
     HardwareTenant,
     WorkloadTenant,
@@ -24,6 +25,7 @@ from tests.remotecluster import (  # noqa: F401 (fixtures)
     hardware_clients,
     hardware_rack,
 )
+from tests.site import Site
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration
@@ -227,3 +229,68 @@ def test_a_remote_claim_through_the_hardware_cluster_and_its_outage(
         workload.stop()
         hardware_side.stop()
         hw_rack.cleanup()
+
+
+def test_a_remote_claim_is_provisioned_by_the_hardware_clusters_fleet_and_released_clean(
+    devenv, hardware, hardware_clients, rack, hw_tenant, tenant, files, tmp_path
+):
+    """The guide's life cycle from the workload cluster: a remote claim with a live ISO and online true ends
+    Provisioned and powered on here, because the hardware cluster's claim side bound it and its provisioner
+    provisioned the host over Redfish; deleting it deprovisions the host there, back to available."""
+    iso_url = files.add("live.iso", b"live iso for a remote claim\n" * 64)
+    site = Site(hardware, hardware_clients, tmp_path / "site")
+    site.host("h0", 0)
+    provisioner = provisioner_side(hardware, tmp_path / "hw-provisioner", site.namespace)
+    hardware_claims = ControllerProcess(
+        hardware, tmp_path / "hw-claims", "--infra-namespaces", site.namespace, "--controllers", "claims"
+    )
+    workload = ControllerProcess(devenv, tmp_path / "workload", *claim_side(rack), "--kinds", "remote")
+
+    def logs() -> str:
+        return f"workload:\n{workload.output()}\nhardware claims:\n{hardware_claims.output()}\n{provisioner.output()}"
+
+    try:
+        eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{logs()}")
+        secret = tenant.kubeconfig_secret(hw_tenant.kubeconfig())
+        created = time.monotonic()
+        name = tenant.claim(
+            "live",
+            secret,
+            hostSelector={"matchLabels": {"infra-kind": site.kind}},
+            image={"url": iso_url, "format": "live-iso"},
+            online=True,
+        )
+
+        def provisioned_here() -> bool:
+            claim = tenant.read(name) or {}
+            return _status(claim, "Provisioned") == "True" and (claim.get("status") or {}).get("poweredOn") is True
+
+        eventually(provisioned_here, timeout=120, message=f"{name} provisioned\n{logs()}")
+        print(f"\nremote claim create -> Provisioned and powered on here: {time.monotonic() - created:.1f} s", end="")
+        assert site.state("h0") == "provisioned"
+        assert tenant.read(name)["status"]["hostUID"] == site.read("h0")["metadata"]["uid"]
+
+        tenant.api("HostClaim").delete(name=name, namespace=TENANT_A)
+        deleted = time.monotonic()
+        eventually(
+            lambda: tenant.read(name) is None and hw_tenant.claim(name) is None and site.state("h0") == "available",
+            timeout=120,
+            message=f"{name} released\n{logs()}",
+        )
+        print(f"; delete -> released, host deprovisioned and available: {time.monotonic() - deleted:.1f} s", end="")
+        assert not site.read("h0")["spec"].get("consumerRef")
+    finally:
+        workload.stop()
+        hardware_claims.stop()
+        provisioner.stop()
+        site.cleanup()
+        for index in range(len(site.systems)):  # the hardware fleet is shared by this module's tests
+            bmc = site.bmc(index)
+            try:
+                for device in ("cd", "config"):
+                    if bmc.media(device)["inserted"]:
+                        bmc.eject_media(device)
+                if bmc.power_state() != "Off":
+                    bmc.set_power("ForceOff")
+            finally:
+                bmc.close()
