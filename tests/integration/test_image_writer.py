@@ -187,6 +187,28 @@ def test_qcow2_image_and_config_drive_are_written_and_reported(tmp_path, image_s
     assert "qcow2 image written" in result_report["message"]
 
 
+def test_a_floppy_sized_config_drive_puts_only_the_iso_on_the_disk(tmp_path, image_server, media_server):
+    """The provisioner pads the ISO to a floppy's size (BMCs with a floppy drive only): the padding stays off disk."""
+    images, images_url = image_server
+    partitioned(images / "node.raw", 8 * MIB, seed=3, script="start=2048, size=12288, type=L\n")
+    checksum = hashlib.sha256((images / "node.raw").read_bytes()).hexdigest()
+    image = {"url": f"{images_url}/node.raw", "format": "raw", "checksum": checksum, "checksumType": "sha256"}
+    token, iso_path = config_drive(tmp_path, media_server, "deploy", image)
+    iso = iso_path.read_bytes()
+    floppy = tmp_path / "floppy.img"
+    floppy.write_bytes(configdrive.floppy_sized(iso))
+    assert floppy.stat().st_size == 1474560 > MIB > len(iso)
+    disk = sparse_disk(tmp_path / "disk.img")
+
+    result = run_writer(floppy, disk, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    _original, drive = sfdisk_json(disk)["partitions"]
+    assert drive["size"] * SECTOR == MIB  # the ISO rounded to a MiB, not the 1.44 MB floppy
+    start = drive["start"] * SECTOR
+    assert disk.read_bytes()[start : start + MIB] == iso + bytes(MIB - len(iso))
+    assert media.callback_result(media_server[0], token)["status"] == "success"
+
+
 def test_raw_gpt_image_with_a_checksum_file(tmp_path, image_server, media_server):
     images, images_url = image_server
     source = partitioned(images / "node-gpt.raw", 6 * MIB, seed=2, script="label: gpt\nstart=2048, size=8192, type=L\n")

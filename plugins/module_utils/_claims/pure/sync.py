@@ -20,6 +20,7 @@ and the claim says so (AuthorizationRevoked). Deleting the claim releases the ho
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
@@ -37,6 +38,10 @@ IMAGE_IN_USE_STATES = ("provisioning", *PROVISIONED_STATES)
 IMAGE_CHANGE_REJECTED = "ImageChangeRejected"
 REBOOT_NOT_APPLICABLE = "RebootNotApplicable"
 AUTHORIZATION_REVOKED = "AuthorizationRevoked"
+PROVISIONING_ERROR = "provisioning error"  # Metal3's errorType for a failed deployment
+MESSAGE_LIMIT = 512
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_ADDRESS = re.compile(r"\[?\b(?:\d{1,3}\.){3}\d{1,3}\b\]?(?::\d+)?|\[[0-9A-Fa-f:]*:[0-9A-Fa-f:]*\](?::\d+)?")
 
 
 def host_state(host: dict) -> str:
@@ -133,8 +138,26 @@ def state_reason(state: str) -> str:
 
 
 def provisioned_condition(host: dict) -> tuple[str, str, str, str]:
+    """Provisioned: True in a provisioned state; else False with the state, or the host's error, as reason.
+
+    A provisioning error (what the tenant's image, checksum or data caused, e.g. a checksum mismatch) is
+    shown with its message, addresses taken out: it may quote a BMC's (infrastructure) URL. Other errors
+    (registration, inspection, power management) concern the infrastructure: their type only."""
     state = host_state(host)
+    status = host.get("status") or {}
+    error_type = status.get("errorType") or ""
+    if state not in PROVISIONED_STATES and error_type:
+        message = f"the host is in {error_type}"
+        if error_type == PROVISIONING_ERROR and status.get("errorMessage"):
+            message += ": " + without_addresses(str(status["errorMessage"]))[:MESSAGE_LIMIT]
+        return cond.PROVISIONED, "False", state_reason(error_type), message
     return cond.PROVISIONED, "True" if state in PROVISIONED_STATES else "False", state_reason(state), ""
+
+
+def without_addresses(message: str) -> str:
+    """URLs and IP addresses (with their ports) replaced: what a host's error may show a tenant."""
+    message = _URL.sub("<url>", message)
+    return _ADDRESS.sub("<address>", message)
 
 
 @dataclass

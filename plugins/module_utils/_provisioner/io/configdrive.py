@@ -31,6 +31,8 @@ DEPLOY_FILE = "metalclaim/deploy.json"
 MODES = ("deploy", "clean")
 CHECKSUM_TYPES = ("md5", "sha256", "sha512")
 IMAGE_FORMATS = ("raw", "qcow2")
+# Floppy image sizes a BMC's (or QEMU's) floppy drive recognises by the image's size: 1.44 MB, 2.88 MB.
+FLOPPY_SIZES = (1474560, 2949120)
 # Metal3's checksumType "auto": a hex digest's type by its length.
 _TYPE_BY_LENGTH = {32: "md5", 64: "sha256", 128: "sha512"}
 
@@ -153,3 +155,16 @@ def build_config_drive(
     iso.write_fp(out)
     iso.close()
     return out.getvalue()
+
+
+def floppy_sized(iso: bytes) -> bytes:
+    """The ISO padded with zeros to the smallest floppy size that holds it (unchanged when none does).
+
+    BMCs that offer their removable virtual media only as a floppy drive (sushy-tools' libvirt driver: a
+    QEMU floppy) need an image of a floppy's size; a USB stick takes it as well. The ISO's volume size is
+    in its own header, so readers (the image writer, cloud-init) ignore the padding and the writer copies
+    only the ISO itself onto the disk."""
+    for size in FLOPPY_SIZES:
+        if len(iso) <= size:
+            return iso + bytes(size - len(iso))
+    return iso

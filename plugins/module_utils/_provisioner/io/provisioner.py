@@ -39,6 +39,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     PYCDLIB_IMPORT_ERROR,
     build_config_drive,
     checksum_type,
+    floppy_sized,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.redfish import (
     SUSHY_IMPORT_ERROR,
@@ -549,7 +550,7 @@ def _publish(kube, host: dict, mode: str, token: str, options: Options) -> None:
         network_data=data.get("networkData"),
         deploy=deploy,
     )
-    media.publish(options.media_dir, machine.CONFIG_DRIVE_FILE, iso, token=token)
+    media.publish(options.media_dir, machine.CONFIG_DRIVE_FILE, floppy_sized(iso), token=token)
 
 
 def _tenant_data(kube, host: dict) -> dict:

@@ -699,6 +699,8 @@ def _writer_failed(host: dict, op: dict, message: str, ctx: Context) -> Step:
     """Give up this attempt: media away, power off; the next try (after backoff) starts afresh."""
     step = failed(host, message, ctx, error_type=PROVISIONING_ERROR)
     step.actions += [("eject", CD), ("eject", CONFIG_DEVICE), ("withdraw", op.get("token", "")), ("power", "ForceOff")]
+    # Said now: a host in error is not observed again before its backoff ends (a failed power-off is an error too).
+    step.status["poweredOn"] = False
     step.annotations[OPERATION_ANNOTATION] = None
     return step
 

@@ -130,6 +130,41 @@ def test_provisioned_reason_is_the_host_state():
     assert sync.provisioned_condition({"status": {}}) == ("Provisioned", "False", "unknown", "")
 
 
+def test_a_provisioning_error_reaches_the_claim_with_its_message_and_no_addresses():
+    failed = host(
+        "provisioning",
+        errorType="provisioning error",
+        errorMessage="the image writer failed: sha256 checksum mismatch: the image has ab, expected cd",
+    )
+    assert sync.provisioned_condition(failed) == (
+        "Provisioned",
+        "False",
+        "provisioningError",
+        "the host is in provisioning error: the image writer failed: sha256 checksum mismatch: the image has ab, "
+        "expected cd",
+    )
+    bmc = host(
+        "provisioning",
+        errorType="provisioning error",
+        errorMessage="POST http://10.1.2.3:8000/redfish/v1 failed; retried 192.168.0.4:623 and [fd00::5]:443",
+    )
+    assert sync.provisioned_condition(bmc)[3] == (
+        "the host is in provisioning error: POST <url> failed; retried <address> and <address>"
+    )
+
+
+def test_an_infrastructure_error_reaches_the_claim_by_its_type_only():
+    failed = host("available", errorType="registration error", errorMessage="BMC https://10.0.0.9 said 401")
+    assert sync.provisioned_condition(failed) == (
+        "Provisioned",
+        "False",
+        "registrationError",
+        "the host is in registration error",
+    )
+    # A provisioned host's (power management) error leaves Provisioned True.
+    assert sync.provisioned_condition(host("provisioned", errorType="power management error"))[1] == "True"
+
+
 def bound_host(state="available", annotations=None, image=None) -> dict:
     body = host(state, image)
     body["metadata"] = {"name": "bm-01", "namespace": "infrahost", "uid": "h-uid", "annotations": annotations}

@@ -178,3 +178,12 @@ def test_unusable_checksum_files(text, complaint):
     writer = _image_writer()
     with pytest.raises(writer.WriterError, match=complaint):
         writer.parse_checksum_file(text, "node.qcow2")
+
+
+def test_a_config_drive_is_padded_to_a_floppy_size_and_reads_the_same():
+    iso = configdrive.build_config_drive(user_data=b"#cloud-config\n", meta_data=None, network_data=None, deploy=DEPLOY)
+    padded = configdrive.floppy_sized(iso)
+    assert len(padded) == 1474560 and padded[: len(iso)] == iso and not any(padded[len(iso) :])
+    assert configdrive.floppy_sized(bytes(1474561)) == bytes(2949120)
+    too_big = bytes(2949121)
+    assert configdrive.floppy_sized(too_big) is too_big  # a USB stick takes any size

@@ -250,6 +250,9 @@ def test_a_disk_image_publishes_a_config_drive_boots_the_writer_and_waits_for_it
     assert ("withdraw", TOKEN) in failed.actions and failed.annotations[m.OPERATION_ANNOTATION] is None
     late = m.decide(waiting, {**booted, m.CALLBACK: None}, ctx(now="2026-11-23T11:00:00Z"))
     assert "no callback" in late.status["errorMessage"]
+    # Powered off, and said so at once (a host in error is not observed again before its backoff ends).
+    for gave_up in (failed, late):
+        assert ("power", "ForceOff") in gave_up.actions and gave_up.status["poweredOn"] is False
 
 
 def test_removing_the_image_deprovisions_and_without_a_writer_says_disks_were_not_wiped():

@@ -1,0 +1,370 @@
+"""A tenant disk image through the deploy ISO on a real VM (metalclaim.devenv.vms): deploy, clean, faults.
+
+One VM for the module, its own control plane (the file runs alone or beside others). The claim layer's
+steps and bmh_redfish run as the controller would run them (Site.reconcile_and_provision); the deploy ISO
+is the collection's own (files/metalclaim-build-deploy-iso, cached), the tenant image is built here
+(images.build_disk_image: GPT, FAT ESP made with mtools, a GRUB EFI binary printing a marker).
+The tests run in order on that VM: a writer that never calls back, a wrong checksum then the tenant's fix
+(provisioned, booted from its disk, the disk read back), deprovisioning with metadata cleaning and a second
+tenant's provisioning. If the VM environment cannot start, every test fails with the reason: never a skip.
+Each phase's duration is printed on stderr and written to <devenv>/vm-phases.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import config as kube_config
+from kubernetes.dynamic import DynamicClient
+
+from metalclaim.devenv.env import Devenv, role_binding
+from metalclaim.devenv.images import build_deploy_iso, build_disk_image, file_sha256
+from metalclaim.devenv.processes import DevenvError
+from tests.configdrive_reader import read_config_drive, volume_id
+from tests.site import TENANT, Site, settle
+from tests.support import eventually
+
+HOST = "vm-0"
+DISK_MARKER = "metalclaim-tenant-disk-marker-5d1e"
+MIB = 1024 * 1024
+# Serial console lines of the deploy system, in the order they come (files/metalclaim-build-deploy-iso's init
+# and files/metalclaim-image-writer).
+DEPLOY_MILESTONES = (
+    ("firmware boots the deploy ISO", 'starting Boot0001 "UEFI QEMU DVD-ROM'),
+    ("deploy ISO booted (init running)", "metalclaim-deploy: "),
+    ("image writer started", "metalclaim-image-writer: start"),
+    ("image written", "metalclaim-image-writer: config-drive"),
+    ("callback sent", "metalclaim-image-writer: callback: success reported"),
+)
+
+
+class Phases:
+    def __init__(self, path: Path, capture):
+        self.path = path
+        self.capture = capture  # pytest's capture manager: the figures are shown even when the tests pass
+        self.seconds: dict[str, float] = {}
+
+    def record(self, name: str, started: float, at: float | None = None) -> None:
+        self.seconds[name] = round((at or time.monotonic()) - started, 1)
+        with self.capture.global_and_fixture_disabled():
+            print(f"\n[vm-phase] {name}: {self.seconds[name]}s", file=sys.stderr, flush=True)
+        self.path.write_text(json.dumps(self.seconds, indent=2) + "\n")
+
+
+class SerialWatch:
+    """When each milestone first shows on the serial console after `start` (a thread polls the log)."""
+
+    def __init__(self, log: Path, milestones: tuple[tuple[str, str], ...]):
+        self.log, self.milestones = log, milestones
+        self.offset = log.stat().st_size if log.exists() else 0
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set() and len(self.seen) < len(self.milestones):
+            text = self.text()
+            for name, needle in self.milestones:
+                if name not in self.seen and needle in text:
+                    self.seen[name] = time.monotonic()
+            self._stop.wait(0.25)
+
+    def text(self) -> str:
+        if not self.log.exists():
+            return ""
+        with self.log.open("rb") as handle:
+            handle.seek(self.offset)
+            return handle.read().decode(errors="replace")
+
+    def stop(self) -> dict[str, float]:
+        self._stop.set()
+        self._thread.join()
+        return self.seen
+
+
+@pytest.fixture(scope="module")
+def vm_env(tmp_path_factory, pytestconfig):
+    started = time.monotonic()
+    try:
+        env = Devenv.up(tmp_path_factory.mktemp("vm-disk") / "env", 0, register=False, vm_count=1)
+    except DevenvError as error:
+        pytest.fail(f"the VM environment cannot start on this machine: {error}")
+    try:
+        capture = pytestconfig.pluginmanager.getplugin("capturemanager")
+        env.state["phases"] = Phases(env.directory / "vm-phases.json", capture)
+        env.state["phases"].record("environment up (control plane, libvirtd, emulator)", started)
+        yield env
+    finally:
+        env.state.pop("phases", None)
+        env.down()
+
+
+@pytest.fixture(scope="module")
+def media(vm_env) -> dict:
+    """The deploy ISO and the tenant image on the devenv's image server; bmh_redfish's media options."""
+    started = time.monotonic()
+    deploy_iso = Path(build_deploy_iso()["iso"])  # cold: ~160 s, once per machine (cached)
+    images_dir, images_url = Path(vm_env.state["vms"]["images_dir"]), vm_env.state["vms"]["images_url"]
+    link_or_copy(deploy_iso, images_dir / "deploy.iso")
+    image = build_disk_image(DISK_MARKER)
+    link_or_copy(image, images_dir / "tenant.qcow2")
+    vm_env.state["phases"].record("deploy ISO and tenant image ready", started)
+    return {
+        "options": {
+            "deploy_iso_url": f"{images_url}/deploy.iso",
+            "media_dir": vm_env.state["vms"]["media_dir"],
+            "media_url": vm_env.state["vms"]["media_url"],
+            "callback_timeout": 240,  # TCG: deploy ISO boot ~30 s, the write a few seconds; room for a busy machine
+        },
+        "image": {
+            "url": f"{images_url}/tenant.qcow2",
+            "format": "qcow2",
+            "checksum": file_sha256(image),
+            "checksumType": "sha256",
+        },
+        "raw": qcow2_to_raw(image, vm_env.directory / "tenant.raw"),
+    }
+
+
+@pytest.fixture(scope="module")
+def site(vm_env, tmp_path_factory):
+    clients = {
+        identity: DynamicClient(kube_config.new_client_from_config(config_file=vm_env.kubeconfig(identity)))
+        for identity in vm_env.state["kubeconfigs"]
+    }
+    site = Site(vm_env, clients, tmp_path_factory.mktemp("vm-disk-site"))
+    vm_env.apply("admin", [role_binding("infra", site.namespace, "metalclaim-infra", "infra")])
+    yield site
+    site.cleanup()
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another filesystem
+        shutil.copyfile(source, target)
+
+
+def qemu_img(*args: str) -> str:
+    return subprocess.run(["qemu-img", *args], capture_output=True, text=True, check=True).stdout
+
+
+def qcow2_to_raw(image: Path, target: Path) -> Path:
+    qemu_img("convert", "-f", "qcow2", "-O", "raw", str(image), str(target))
+    return target
+
+
+def vm(vm_env) -> dict:
+    return vm_env.state["vms"]["systems"][0]
+
+
+def serial_log(vm_env) -> Path:
+    return Path(vm(vm_env)["serial_log"])
+
+
+def disk(vm_env) -> Path:
+    return Path(vm(vm_env)["disk"])
+
+
+def partition_table(path: Path) -> dict | None:
+    result = subprocess.run(["sfdisk", "--json", str(path)], capture_output=True, text=True)
+    return json.loads(result.stdout)["partitiontable"] if result.returncode == 0 else None
+
+
+def signatures(path: Path) -> str:
+    """wipefs' list of partition-table and filesystem signatures on the disk file (empty: none)."""
+    return subprocess.run(["wipefs", "--no-act", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def read_at(path: Path, offset: int, length: int) -> bytes:
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        return handle.read(length)
+
+
+def user_data_secret(site: Site, name: str, user_data: str) -> None:
+    site.api("Secret", "v1", identity="tenant-a").create(
+        body={
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": TENANT},
+            "stringData": {"userData": user_data},
+        }
+    )
+
+
+def drive(site: Site, options: dict, done, what: str, rounds: int = 20, wait: float = 45) -> None:
+    """Rounds of the claim layer and the provisioner (as the controller runs them) until done().
+
+    bmh_redfish steps a host again within a round while its requeue comes before `wait` is over, and returns
+    as soon as nothing is due: a long wait saves Ansible runs, not time."""
+    for _round in range(rounds):
+        site.reconcile_and_provision(wait=wait, **options)
+        if done():
+            return
+    host = site.read(HOST)
+    raise AssertionError(f"{what}: not reached; host status {host.get('status')}")
+
+
+def host_error(site: Site) -> tuple[str, str]:
+    status = site.read(HOST).get("status") or {}
+    return status.get("errorType") or "", status.get("errorMessage") or ""
+
+
+def claim_condition(site: Site, claim: str, kind: str) -> dict:
+    conditions = ((site.read_claim(claim) or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind), {})
+
+
+def powered_off(site: Site) -> bool:
+    bmc = site.bmc(0)
+    try:
+        return bmc.power_state() == "Off"
+    finally:
+        bmc.close()
+
+
+def test_the_vm_is_registered_and_available(vm_env, site, media):
+    started = time.monotonic()
+    site.host(HOST, 0, automatedCleaningMode="metadata")
+    settle(site, HOST, "available", **media["options"])
+    vm_env.state["phases"].record("register + inspect", started)
+    assert partition_table(disk(vm_env)) is None and signatures(disk(vm_env)) == ""
+
+
+def test_a_writer_that_never_calls_back_times_out_and_the_host_is_powered_off(vm_env, site, media):
+    """Infra side (the host's own spec, no claim): the callback timeout far shorter than the deploy takes."""
+    hosts = site.api("BareMetalHost")
+    patch = {"spec": {"automatedCleaningMode": "disabled", "online": True, "image": media["image"]}}
+    hosts.patch(body=patch, name=HOST, namespace=site.namespace, content_type="application/merge-patch+json")
+    options = {**media["options"], "callback_timeout": 6, "backoff_base": 600, "backoff_cap": 600}
+    started = time.monotonic()
+    for _round in range(10):
+        site.provision(wait=5, **options)
+        if host_error(site)[0]:
+            break
+    error_type, message = host_error(site)
+    assert error_type == "provisioning error", site.read(HOST).get("status")
+    assert message == "no callback from the image writer within 6s"
+    assert eventually(lambda: powered_off(site), timeout=30, message="the VM powered off")
+    assert site.read(HOST)["status"]["poweredOn"] is False
+    vm_env.state["phases"].record("fault: no callback -> provisioning error, powered off", started)
+    # The infra team takes the image away: back to available (cleaning disabled: no deploy system boots).
+    patch = {"spec": {"image": None, "online": False}}
+    hosts.patch(body=patch, name=HOST, namespace=site.namespace, content_type="application/merge-patch+json")
+    settle(site, HOST, "available", **media["options"])
+    patch = {"spec": {"automatedCleaningMode": "metadata"}}
+    hosts.patch(body=patch, name=HOST, namespace=site.namespace, content_type="application/merge-patch+json")
+    assert partition_table(disk(vm_env)) is None and signatures(disk(vm_env)) == ""
+    vm_env.state["phases"].record("fault: no callback, back to available", started)
+
+
+def test_a_wrong_checksum_fails_cleanly_then_the_fixed_claim_boots_its_disk_image(vm_env, site, media):
+    # The retry after the error waits 15 s: longer than a round's wait (10 s), so the round that records the error
+    # returns at once and the tenant's fix is on the host before the retry.
+    options = {**media["options"], "backoff_base": 15, "backoff_cap": 30}
+    user_data = "#cloud-config\nhostname: tenant-disk\nruncmd: [echo metalclaim]\n"
+    user_data_secret(site, "disk-userdata", user_data)
+    wrong = {**media["image"], "checksum": "0" * 64}
+    started = time.monotonic()
+    site.claim("disk", image=wrong, online=True, userData={"name": "disk-userdata"})
+    drive(site, options, lambda: host_error(site)[0] != "", "the wrong checksum's error", wait=10)
+    error_type, message = host_error(site)
+    assert error_type == "provisioning error"
+    assert message == (
+        f"the image writer failed: sha256 checksum mismatch: the image has {media['image']['checksum']}, "
+        f"expected {'0' * 64}"
+    )
+    provisioned = claim_condition(site, "disk", "Provisioned")
+    assert provisioned["status"] == "False" and provisioned["reason"] == "provisioningError", provisioned
+    assert "sha256 checksum mismatch" in provisioned["message"]
+    assert partition_table(disk(vm_env)) is None and signatures(disk(vm_env)) == ""  # nothing written
+    assert read_at(disk(vm_env), 0, MIB) == bytes(MIB)
+    vm_env.state["phases"].record("fault: wrong checksum -> provisioning error (claim and host)", started)
+
+    # The tenant fixes the checksum: the retry (after the backoff) deploys; the VM boots from its disk.
+    site.patch_claim("disk", {"spec": {"image": media["image"]}})
+    serial = SerialWatch(serial_log(vm_env), (*DEPLOY_MILESTONES, ("marker", DISK_MARKER)))
+    started = time.monotonic()
+    drive(site, options, lambda: site.state(HOST) == "provisioned", "provisioned")
+    provisioned_at = time.monotonic()
+    eventually(lambda: DISK_MARKER in serial.text(), timeout=120, interval=1, message="the disk image's marker")
+    seen = serial.stop()
+    phases = vm_env.state["phases"]
+    for name, _needle in DEPLOY_MILESTONES:
+        phases.record(f"deploy: {name}", started, seen.get(name))
+    phases.record("deploy: host provisioned", started, provisioned_at)
+    phases.record("deploy: marker from the disk", started, seen.get("marker"))
+    phases.record("deploy: reboot (provisioned -> marker)", provisioned_at, seen.get("marker"))
+    condition = claim_condition(site, "disk", "Provisioned")
+    assert condition["status"] == "True", condition
+    assert not host_error(site)[0]
+
+    # Powered off (the tenant's online: false), the disk file is read back.
+    site.patch_claim("disk", {"spec": {"online": False}})
+    # A short wait: a provisioned host's periodic power check would hold a long round to its end.
+    off = lambda: powered_off(site) and not site.read(HOST)["status"]["poweredOn"]  # noqa: E731
+    drive(site, options, off, "powered off", wait=5)
+    check_disk_holds_the_image_and_config_drive(vm_env, media, user_data)
+    vm_env.state["phases"].record("deploy: powered off, disk file read back", started)
+
+
+def check_disk_holds_the_image_and_config_drive(vm_env, media, user_data: str) -> None:
+    written, image = disk(vm_env), media["raw"]
+    table = partition_table(written)
+    assert table is not None and table["label"] == "gpt", table
+    (esp, config), image_table = table["partitions"], partition_table(image)
+    (image_esp,) = image_table["partitions"]
+    assert (esp["start"], esp["size"], esp["type"]) == (image_esp["start"], image_esp["size"], image_esp["type"])
+    # The image's ESP (the GRUB EFI binary that printed the marker) byte for byte.
+    esp_bytes = esp["start"] * 512, esp["size"] * 512
+    assert read_at(written, *esp_bytes) == read_at(image, *esp_bytes)
+    # The last partition: the tenant's cidata config drive, its user-data the Secret's.
+    assert config["start"] + config["size"] <= os.path.getsize(written) // 512 - 33  # before the backup GPT
+    iso = read_at(written, config["start"] * 512, config["size"] * 512)
+    assert volume_id(iso) == "cidata"
+    files = read_config_drive(iso)
+    assert files["user-data"] == user_data.encode()
+    assert b"instance-id" in files["meta-data"]
+
+
+def test_deprovisioning_cleans_the_disk_and_a_second_tenant_provisions(vm_env, site, media):
+    options = media["options"]
+    serial = SerialWatch(serial_log(vm_env), (("cleaned", "metalclaim-image-writer: done: metadata cleaned"),))
+    started = time.monotonic()
+    site.api("HostClaim", identity="tenant-a").delete(name="disk", namespace=TENANT)
+    drive(
+        site,
+        options,
+        lambda: site.state(HOST) == "available" and site.read_claim("disk") is None,
+        "deprovisioned and released",
+    )
+    vm_env.state["phases"].record("deprovision: disk cleaned (writer)", started, serial.stop().get("cleaned"))
+    vm_env.state["phases"].record("deprovision with metadata cleaning -> available", started)
+    host = site.read(HOST)
+    cleaned = next(c for c in host["status"]["conditions"] if c["type"] == "Cleaned")
+    assert cleaned["status"] == "True" and cleaned["reason"] == "MetadataCleaned", cleaned
+    assert host["status"]["poweredOn"] is False and not host_error(site)[0]
+    assert signatures(disk(vm_env)) == "", signatures(disk(vm_env))
+    assert partition_table(disk(vm_env)) is None
+
+    user_data = "#cloud-config\nhostname: second-tenant\n"
+    user_data_secret(site, "second-userdata", user_data)
+    serial = SerialWatch(serial_log(vm_env), (*DEPLOY_MILESTONES, ("marker", DISK_MARKER)))
+    started = time.monotonic()
+    site.claim("second", image=media["image"], online=True, userData={"name": "second-userdata"})
+    drive(site, options, lambda: site.state(HOST) == "provisioned", "second provisioning")
+    eventually(lambda: DISK_MARKER in serial.text(), timeout=120, interval=1, message="the marker, second time")
+    seen = serial.stop()
+    vm_env.state["phases"].record("second provisioning: marker from the disk", started, seen.get("marker"))
+    # Read while the VM runs: the image's GRUB only prints and waits, nothing writes to the disk.
+    check_disk_holds_the_image_and_config_drive(vm_env, media, user_data)
