@@ -259,3 +259,53 @@ def test_an_exclusive_host_is_never_bound_to_another_tenant(devenv, clients, ten
     assert accepted["message"].startswith("spec.exclusiveHosts.hosts[0]") and repr(owner) in accepted["message"]
     assert owned(clients, "Namespace", rival) == [] and owned(clients, "HostDeployPolicy", rival, METAL3) == []
     assert rack.read_host("reserved")["metadata"]["annotations"]["tenancy.metalclaim.io/reserved-for"] == owner
+
+
+def test_a_tenant_at_its_bound_host_limit_waits_until_one_of_its_hosts_is_released(
+    devenv, clients, tenants, rack, tmp_path
+):
+    """The limit holds over all the tenant's namespaces, and another tenant is not counted against it."""
+    name, other = tenants("m"), tenants("o")
+    for host in ("h1", "h2", "h3"):
+        rack.host(host)
+    pool = [{"namespace": rack.namespace}]
+    onboard(
+        devenv,
+        tmp_path,
+        "limited",
+        tenant_definitions=[
+            tenant_manifest(name, childNamespaces=["a", "b"], hostPools=pool, quota={"maxBoundHosts": 1}),
+            tenant_manifest(other, childNamespaces=["a"], hostPools=pool),
+        ],
+    )
+    namespace = api(clients, "Namespace").get(name=f"{name}-b").to_dict()
+    assert namespace["metadata"]["labels"]["tenancy.metalclaim.io/max-bound-hosts"] == "1"
+
+    rack.claim("first", namespace=f"{other}-a", identity="admin")  # the other tenant's host counts for it only
+    rack.claim("second", namespace=f"{name}-a", identity="admin")
+    rack.claim("third", namespace=f"{name}-b", identity="admin")
+    result = step("hostclaim_bind", devenv, tmp_path, rack)
+    assert result["bound"] == 2
+    third = claim_condition(rack.read_claim("third", f"{name}-b"), "Association")
+    assert (third["status"], third["reason"]) == ("False", "TenantHostLimit")
+    assert f"{name!r} holds 1 hosts" in third["message"] and "maxBoundHosts: 1" in third["message"]
+    assert sum(bool(rack.read_host(h)["spec"].get("consumerRef")) for h in ("h1", "h2", "h3")) == 2
+
+    # The tenant's bound claim goes: its host is released (never provisioned: at once), and the waiting claim binds.
+    api(clients, "HostClaim", METAL3).delete(name="second", namespace=f"{name}-a")
+    released = step("hostclaim_release", devenv, tmp_path, rack)["claims"]
+    assert next(c for c in released if c["name"] == "second")["state"] == "released"
+    step("hostclaim_bind", devenv, tmp_path, rack)
+    third = claim_condition(rack.read_claim("third", f"{name}-b"), "Association")
+    assert (third["status"], third["reason"]) == ("True", "BareMetalHostAssociated")
+
+    # Lifting the limit takes the label away.
+    onboard(
+        devenv,
+        tmp_path,
+        "lifted",
+        tenant_definitions=[tenant_manifest(name, childNamespaces=["a", "b"], hostPools=pool)],
+    )
+    for child in ("a", "b"):
+        labels = api(clients, "Namespace").get(name=f"{name}-{child}").to_dict()["metadata"]["labels"]
+        assert "tenancy.metalclaim.io/max-bound-hosts" not in labels and labels[TENANT_LABEL] == name

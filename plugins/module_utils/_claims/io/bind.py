@@ -29,6 +29,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    hosts_held,
+    max_bound_hosts,
+    tenant_of,
+)
 
 
 def bind_claims(run) -> dict:
@@ -52,7 +57,13 @@ def bind_claims(run) -> dict:
             continue
         namespace = claim["metadata"]["namespace"]
         authorized, _decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
-        plan = binding.plan(claim, list(hosts_by_key.values()), authorized, labels_of.get(namespace, {}))
+        labels = labels_of.get(namespace, {})
+        current_hosts = list(hosts_by_key.values())  # with the hosts bound earlier in this batch
+        held = 0
+        if max_bound_hosts(labels) is not None:
+            consumers = [ref for ref in map(binding.consumer, current_hosts) if ref]
+            held = hosts_held(tenant_of(labels), consumers, labels_of)
+        plan = binding.plan(claim, current_hosts, authorized, labels, held)
         results.append(_commit(run, plan, hosts_by_key))
         if results[-1]["action"] == "conflict" and pending:
             pending, hosts_by_key = _next_after_conflict(kube, pending)

@@ -18,7 +18,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
     validate,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import may_bind
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    max_bound_hosts,
+    may_bind,
+    tenant_of,
+)
 
 CLAIM_KIND = "HostClaim"
 DEFAULT_CLAIM_KIND = "baremetal"
@@ -32,6 +36,7 @@ NO_HOST = "NoBareMetalHost"
 NOT_AUTHORIZED = "NotAuthorized"
 MISSING_HOST = "MissingBareMetalHost"
 INVALID_SELECTOR = "InvalidHostSelector"
+TENANT_HOST_LIMIT = "TenantHostLimit"
 
 
 def key(obj: dict) -> tuple[str, str]:
@@ -119,10 +124,15 @@ class Plan:
 
 
 def plan(
-    claim: dict, hosts: list[dict], authorized_namespaces: list[str], namespace_labels: dict | None = None
+    claim: dict,
+    hosts: list[dict],
+    authorized_namespaces: list[str],
+    namespace_labels: dict | None = None,
+    held_by_tenant: int = 0,
 ) -> Plan:
-    """Decide for one claim, given every host the caller can see, the namespaces policies admit it to and the
-    labels of the claim's namespace (its tenant: a host reserved for other tenants is never a candidate)."""
+    """Decide for one claim, given every host the caller can see, the namespaces policies admit it to, the
+    labels of the claim's namespace (its tenant: a host reserved for other tenants is never a candidate; its
+    limit of bound hosts) and how many hosts claims of that tenant hold now."""
     spec = claim.get("spec") or {}
     status = claim.get("status") or {}
     if claim["metadata"].get("deletionTimestamp"):
@@ -156,6 +166,14 @@ def plan(
         where = f" in namespace {in_namespace!r}" if in_namespace else ""
         message = f"no HostDeployPolicy{where} admits namespace {key(claim)[0]!r}"
         return Plan(claim, "refuse", reason=NOT_AUTHORIZED, message=message, stale_status=stale)
+
+    limit = max_bound_hosts(namespace_labels)
+    if limit is not None and held_by_tenant >= limit:
+        message = (
+            f"tenant {tenant_of(namespace_labels)!r} holds {held_by_tenant} hosts, its maximum "
+            f"(spec.quota.maxBoundHosts: {limit}); the claim binds when one of its hosts is released"
+        )
+        return Plan(claim, "refuse", reason=TENANT_HOST_LIMIT, message=message, stale_status=stale)
 
     domain = spec.get("failureDomain")
     eligible = [

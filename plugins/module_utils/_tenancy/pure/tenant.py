@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    MAX_BOUND_HOSTS_LABEL,
     RESERVED_FOR_ANNOTATION,
     TENANT_LABEL,
     reservation_value,
@@ -177,11 +178,11 @@ def validate(tenant: dict, required_prefix: str = "") -> list[Problem]:
         if not namespace or not host:
             field = f"spec.exclusiveHosts.hosts[{index}]"
             problems.append(Problem(field, INVALID_FIELD, f"{field}: namespace and name are required"))
-    maximum = (spec(tenant).get("quota") or {}).get("maxHostClaims")
-    if maximum is not None and (isinstance(maximum, bool) or not isinstance(maximum, int) or maximum < 0):
-        problems.append(
-            Problem("spec.quota.maxHostClaims", INVALID_FIELD, "spec.quota.maxHostClaims must be an integer >= 0")
-        )
+    for limit in ("maxHostClaims", "maxBoundHosts"):
+        maximum = (spec(tenant).get("quota") or {}).get(limit)
+        if maximum is not None and (isinstance(maximum, bool) or not isinstance(maximum, int) or maximum < 0):
+            field = f"spec.quota.{limit}"
+            problems.append(Problem(field, INVALID_FIELD, f"{field} must be an integer >= 0"))
     problems += [Problem(field, INVALID_FIELD, message) for field, message in hooks.validate(tenant)]
     return problems
 
@@ -197,12 +198,24 @@ def _meta(tenant: dict, object_name: str, namespace: str | None = None) -> dict:
     return meta
 
 
+def max_bound_hosts(tenant: dict) -> int | None:
+    return (spec(tenant).get("quota") or {}).get("maxBoundHosts")
+
+
+def _namespace(tenant: dict, namespace: str) -> dict:
+    meta = _meta(tenant, namespace)
+    if max_bound_hosts(tenant) is not None:
+        # Where the bind step reads the limit (it counts the tenant's hosts from what it lists anyway).
+        meta["labels"][MAX_BOUND_HOSTS_LABEL] = str(max_bound_hosts(tenant))
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
 def desired_objects(tenant: dict, claim_side_subjects: list[dict]) -> list[dict]:
     """Every object the tenant's spec asks for, in creation order (namespaces first)."""
     objects: list[dict] = []
     children = child_namespaces(tenant)
     for namespace in children:
-        objects.append({"apiVersion": "v1", "kind": "Namespace", "metadata": _meta(tenant, namespace)})
+        objects.append(_namespace(tenant, namespace))
     for namespace in children:
         objects.append(
             _role_binding(
@@ -369,12 +382,15 @@ def with_reservation(host: dict, tenant: str, reserve: bool) -> dict | None:
 def updated_object(desired: dict, current: dict) -> dict | None:
     """`current` brought to what `desired` says (labels added, owned fields set); None when it already is.
 
-    Only the fields the tenant step owns are compared: labels it sets (others' labels stay), a RoleBinding's
+    Only the fields the tenant step owns are compared: labels it sets (others' labels stay; a namespace's limit
+    label goes with the limit), a RoleBinding's
     roleRef and subjects, a quota's spec.hard, a policy's spec.
     """
     updated = copy.deepcopy(current)
     meta = updated.setdefault("metadata", {})
     labels = dict(meta.get("labels") or {})
+    if desired["kind"] == "Namespace" and MAX_BOUND_HOSTS_LABEL not in desired["metadata"]["labels"]:
+        labels.pop(MAX_BOUND_HOSTS_LABEL, None)  # the limit was lifted: the only label of ours that may go
     labels.update(desired["metadata"].get("labels") or {})
     meta["labels"] = labels
     kind = desired["kind"]

@@ -173,3 +173,36 @@ def test_a_host_reserved_for_other_tenants_is_never_a_candidate():
     assert binding.plan(claim(), [reserved], ["infrahost"], {}).action == "refuse"
     blue = binding.plan(claim(), [reserved], ["infrahost"], {tenant_label: "blue"})
     assert blue.action == "bind" and blue.candidates == [reserved]
+
+
+def test_a_tenant_at_its_bound_host_limit_waits_and_keeps_what_it_holds():
+    tenant_label = "tenancy.metalclaim.io/tenant"
+    limit_label = "tenancy.metalclaim.io/max-bound-hosts"
+    labels = {tenant_label: "blue", limit_label: "1"}
+    free = host("h1", labels=MEDIUM)
+    waiting = binding.plan(claim(), [free], ["infrahost"], labels, held_by_tenant=1)
+    assert (waiting.action, waiting.reason) == ("refuse", binding.TENANT_HOST_LIMIT)
+    assert "'blue' holds 1 hosts" in waiting.message and "maxBoundHosts: 1" in waiting.message
+    assert binding.plan(claim(), [free], ["infrahost"], labels, held_by_tenant=0).action == "bind"
+    # Lowered under what it holds: nothing is taken away.
+    mine = host("h2", labels=MEDIUM, consumer=binding.claim_ref(claim()))
+    assert binding.plan(claim(), [mine, free], ["infrahost"], {**labels, limit_label: "0"}, 1).action == "keep"
+    # No limit without a tenant; a value that is not a count binds nothing.
+    assert binding.plan(claim(), [free], ["infrahost"], {limit_label: "0"}, 5).action == "bind"
+    garbled = binding.plan(claim(), [free], ["infrahost"], {**labels, limit_label: "many"}, 0)
+    assert garbled.reason == binding.TENANT_HOST_LIMIT
+
+
+def test_hosts_held_counts_claims_of_every_namespace_of_the_tenant():
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import hosts_held
+
+    labels_of = {"blue-a": {"tenancy.metalclaim.io/tenant": "blue"}, "blue-b": {"tenancy.metalclaim.io/tenant": "blue"}}
+    labels_of["green-a"] = {"tenancy.metalclaim.io/tenant": "green"}
+    refs = [
+        {"kind": "HostClaim", "namespace": "blue-a", "name": "x"},
+        {"kind": "HostClaim", "namespace": "blue-b", "name": "y"},
+        {"kind": "HostClaim", "namespace": "green-a", "name": "z"},
+        {"kind": "Machine", "namespace": "blue-a", "name": "m"},
+        {"kind": "HostClaim", "namespace": "gone", "name": "w"},
+    ]
+    assert hosts_held("blue", refs, labels_of) == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    MAX_BOUND_HOSTS_LABEL,
     RESERVED_FOR_ANNOTATION,
     TENANT_LABEL,
     may_bind,
@@ -36,6 +37,7 @@ def test_invalid_names_are_refused_naming_the_field():
     children = plan.validate(tenant(childNamespaces=["ok", "Bad", "ok", "x" * 60]))
     assert [p.field for p in children] == [f"spec.childNamespaces[{i}]" for i in (1, 2, 3)]
     assert plan.validate(tenant(quota={"maxHostClaims": -1}))[0].field == "spec.quota.maxHostClaims"
+    assert plan.validate(tenant(quota={"maxBoundHosts": True}))[0].field == "spec.quota.maxBoundHosts"
 
 
 def test_desired_objects_are_labelled_and_named_after_the_tenant():
@@ -140,6 +142,20 @@ def test_updates_touch_only_owned_fields():
     binding = {**desired[1], "subjects": [{**desired[1]["subjects"][0], "namespace": None}]}
     assert plan.updated_object(desired[1], binding) is None
     assert plan.recreate_needed(desired[1], {**desired[1], "roleRef": {"kind": "ClusterRole", "name": "admin"}})
+
+
+def test_the_bound_host_limit_is_a_label_of_each_namespace_and_goes_with_the_limit():
+    limited = plan.desired_objects(tenant(childNamespaces=["a", "b"], quota={"maxBoundHosts": 0}), [])
+    namespaces = [o for o in limited if o["kind"] == "Namespace"]
+    assert [o["metadata"]["labels"][MAX_BOUND_HOSTS_LABEL] for o in namespaces] == ["0", "0"]
+    assert all(MAX_BOUND_HOSTS_LABEL not in o["metadata"]["labels"] for o in limited if o["kind"] != "Namespace")
+    unlimited = plan.desired_objects(tenant(childNamespaces=["a"]), [])[0]
+    current = {"kind": "Namespace", "metadata": {"name": "blue-a", "labels": {"team": "x"}}}
+    current["metadata"]["labels"].update(namespaces[0]["metadata"]["labels"])
+    lifted = plan.updated_object(unlimited, current)
+    assert lifted["metadata"]["labels"] == {"team": "x", **unlimited["metadata"]["labels"]}
+    raised = plan.desired_objects(tenant(childNamespaces=["a"], quota={"maxBoundHosts": 4}), [])[0]
+    assert plan.updated_object(raised, current)["metadata"]["labels"][MAX_BOUND_HOSTS_LABEL] == "4"
 
 
 def test_every_tenant_condition_reason_is_in_the_infra_guide():
