@@ -159,6 +159,19 @@ class Site:
     def events(self) -> list[dict]:
         return [e.to_dict() for e in self.api("Event", "v1").get(namespace=self.namespace).items]
 
+    def reset_fleet(self) -> None:
+        """The emulator is shared: give every system back powered off with nothing inserted."""
+        for index in range(len(self.systems)):
+            bmc = self.bmc(index)
+            try:
+                for device in ("cd", "config"):
+                    if bmc.media(device)["inserted"]:
+                        bmc.eject_media(device)
+                if bmc.power_state() != "Off":
+                    bmc.set_power("ForceOff")
+            finally:
+                bmc.close()
+
     def cleanup(self) -> None:
         for name in self.claims:
             try:

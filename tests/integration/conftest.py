@@ -68,17 +68,7 @@ def site(devenv, clients, tmp_path):
     site = Site(devenv, clients, tmp_path)
     yield site
     site.cleanup()
-    # The emulator is shared: give every system back powered off with nothing inserted.
-    for index in range(len(site.systems)):
-        bmc = site.bmc(index)
-        try:
-            for device in ("cd", "config"):
-                if bmc.media(device)["inserted"]:
-                    bmc.eject_media(device)
-            if bmc.power_state() != "Off":
-                bmc.set_power("ForceOff")
-        finally:
-            bmc.close()
+    site.reset_fleet()
 
 
 @pytest.fixture

@@ -284,13 +284,4 @@ def test_a_remote_claim_is_provisioned_by_the_hardware_clusters_fleet_and_releas
         hardware_claims.stop()
         provisioner.stop()
         site.cleanup()
-        for index in range(len(site.systems)):  # the hardware fleet is shared by this module's tests
-            bmc = site.bmc(index)
-            try:
-                for device in ("cd", "config"):
-                    if bmc.media(device)["inserted"]:
-                        bmc.eject_media(device)
-                if bmc.power_state() != "Off":
-                    bmc.set_power("ForceOff")
-            finally:
-                bmc.close()
+        site.reset_fleet()  # the hardware fleet is shared by this module's tests

@@ -13,9 +13,10 @@ import uuid
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from tests.tenancy import RBAC, tenancy_rights
+
 pytestmark = pytest.mark.integration
 
-RBAC = "rbac.authorization.k8s.io/v1"
 METAL3 = "metal3.io/v1alpha1"
 TENANT_LABEL = "tenancy.metalclaim.io/tenant"
 POLICY = "ValidatingAdmissionPolicy 'metalclaim-tenancy-side'"
@@ -24,19 +25,8 @@ POLICY = "ValidatingAdmissionPolicy 'metalclaim-tenancy-side'"
 @pytest.fixture
 def tenancy_side(clients):
     """The controller identity with the tenants side's rights (config/rbac/tenancy_role.yaml)."""
-    bindings = clients["admin"].resources.get(api_version=RBAC, kind="ClusterRoleBinding")
-    name = f"test-tenancy-guard-{uuid.uuid4().hex[:6]}"
-    bindings.create(
-        body={
-            "apiVersion": RBAC,
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metalclaim-tenancy"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}],
-        }
-    )
-    yield clients["controller"]
-    bindings.delete(name=name)
+    with tenancy_rights(clients):
+        yield clients["controller"]
 
 
 @pytest.fixture

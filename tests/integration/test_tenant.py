@@ -14,12 +14,12 @@ from kubernetes.dynamic import DynamicClient
 from tests.claimlayer import TENANT_A, step
 from tests.claimlayer import condition as claim_condition
 from tests.support import REPO_ROOT, eventually, run_playbook
+from tests.tenancy import TENANCY, condition, read_tenant
 
 pytestmark = pytest.mark.integration
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "tenant.yml"
 RECONCILE = "Reconcile the Tenants"
-TENANCY = "tenancy.metalclaim.io/v1alpha1"
 METAL3 = "metal3.io/v1alpha1"
 TENANT_LABEL = "tenancy.metalclaim.io/tenant"
 # The devenv's claim side is a user, not the ServiceAccount of a cluster install.
@@ -50,19 +50,6 @@ def as_user(devenv, user: str, group: str) -> DynamicClient:
 
 def claim_body(namespace: str, name: str) -> dict:
     return {"apiVersion": METAL3, "kind": "HostClaim", "metadata": {"name": name, "namespace": namespace}, "spec": {}}
-
-
-def read_tenant(clients, name: str) -> dict | None:
-    try:
-        return api(clients, "Tenant", TENANCY).get(name=name).to_dict()
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-
-
-def condition(tenant: dict, type_: str) -> dict:
-    return next(c for c in tenant["status"]["conditions"] if c["type"] == type_)
 
 
 def owned(clients, kind: str, name: str, api_version: str = "v1") -> list[str]:

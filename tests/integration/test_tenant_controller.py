@@ -9,33 +9,19 @@ import uuid
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.controllerproc import ControllerProcess
 from tests.support import eventually
+from tests.tenancy import RBAC, TENANCY, tenancy_rights, tenants_side
 
 pytestmark = pytest.mark.integration
 
-TENANCY = "tenancy.metalclaim.io/v1alpha1"
 METAL3 = "metal3.io/v1alpha1"
 TENANT_LABEL = "tenancy.metalclaim.io/tenant"
-RBAC = "rbac.authorization.k8s.io/v1"
 
 
 @pytest.fixture
-def tenancy_rights(clients):
-    """The controller identity bound to config/rbac/tenancy_role.yaml (a cluster install binds its tenants side)."""
-    bindings = clients["admin"].resources.get(api_version=RBAC, kind="ClusterRoleBinding")
-    name = f"test-tenancy-{uuid.uuid4().hex[:6]}"
-    bindings.create(
-        body={
-            "apiVersion": RBAC,
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metalclaim-tenancy"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}],
-        }
-    )
-    yield
-    bindings.delete(name=name)
+def rights(clients):
+    with tenancy_rights(clients):
+        yield
 
 
 def read(clients, kind: str, name: str, namespace: str | None = None, api_version: str = TENANCY) -> dict | None:
@@ -52,19 +38,10 @@ def read(clients, kind: str, name: str, namespace: str | None = None, api_versio
         raise
 
 
-def test_the_controller_deploys_a_tenant_and_takes_it_apart(devenv, clients, rack, tenancy_rights, tmp_path):
+def test_the_controller_deploys_a_tenant_and_takes_it_apart(devenv, clients, rack, rights, tmp_path):
     name = f"c{uuid.uuid4().hex[:6]}"
     rack.host("h1")
-    controller = ControllerProcess(
-        devenv,
-        tmp_path,
-        "--controllers",
-        "claims,tenants",
-        "--infra-namespaces",
-        rack.namespace,
-        "--tenant-claim-side",
-        "user:metalclaim-controller",
-    )
+    controller = tenants_side(devenv, tmp_path, rack.namespace)
     tenants = clients["admin"].resources.get(api_version=TENANCY, kind="Tenant")
     try:
         applied = time.monotonic()

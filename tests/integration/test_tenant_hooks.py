@@ -25,11 +25,11 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from tests.support import REPO_ROOT, eventually, run_playbook, status_of
+from tests.tenancy import TENANCY, condition, read_tenant, tenants_side
 
 pytestmark = pytest.mark.integration
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "tenant.yml"
-TENANCY = "tenancy.metalclaim.io/v1alpha1"
 METAL3 = "metal3.io/v1alpha1"
 RBAC = "rbac.authorization.k8s.io/v1"
 TENANT_LABEL = "tenancy.metalclaim.io/tenant"
@@ -135,19 +135,6 @@ def credentials(clients):
     yield names
     for name in names.values():
         api(clients, "Secret").delete(name=name, namespace=HOOKS_NAMESPACE)
-
-
-def read_tenant(clients, name: str) -> dict | None:
-    try:
-        return api(clients, "Tenant", TENANCY).get(name=name).to_dict()
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-
-
-def condition(tenant: dict, type_: str) -> dict:
-    return next(c for c in tenant["status"]["conditions"] if c["type"] == type_)
 
 
 def owned_namespaces(clients, name: str) -> list[str]:
@@ -677,7 +664,6 @@ def test_the_controller_asks_again_and_retries_by_itself(
 def test_the_controller_tells_claim_events_as_claims_change(
     devenv, clients, server, tenancy_side, tenants, rack, tmp_path
 ):
-    from tests.controllerproc import ControllerProcess
 
     name = tenants()
     rack.host("h1")
@@ -686,16 +672,7 @@ def test_the_controller_tells_claim_events_as_claims_change(
         "url": server.url("/claims"),
         "eventTypes": ["CLAIM_BOUND", "CLAIM_PROVISIONED", "CLAIM_RELEASED"],
     }
-    controller = ControllerProcess(
-        devenv,
-        tmp_path / "controller",
-        "--controllers",
-        "claims,tenants",
-        "--infra-namespaces",
-        rack.namespace,
-        "--tenant-claim-side",
-        "user:metalclaim-controller",
-    )
+    controller = tenants_side(devenv, tmp_path / "controller", rack.namespace)
     try:
         api(clients, "Tenant", TENANCY).create(body=manifest(name, [hook], hostPools=[{"namespace": rack.namespace}]))
         eventually(lambda: (read_tenant(clients, name).get("status") or {}).get("state") == "Deployed", timeout=60)

@@ -1,0 +1,61 @@
+"""What the Tenant tests share: reading Tenants, the tenants side's rights, and the controller running it."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from pathlib import Path
+
+from kubernetes.client.exceptions import ApiException
+
+from tests.controllerproc import ControllerProcess
+
+TENANCY = "tenancy.metalclaim.io/v1alpha1"
+RBAC = "rbac.authorization.k8s.io/v1"
+
+
+def read_tenant(clients, name: str) -> dict | None:
+    try:
+        return clients["admin"].resources.get(api_version=TENANCY, kind="Tenant").get(name=name).to_dict()
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def condition(tenant: dict, type_: str) -> dict:
+    return next(c for c in tenant["status"]["conditions"] if c["type"] == type_)
+
+
+@contextlib.contextmanager
+def tenancy_rights(clients, user: str = "metalclaim-controller"):
+    """`user` bound to config/rbac/tenancy_role.yaml, as a cluster binds its tenants side; unbound afterwards."""
+    bindings = clients["admin"].resources.get(api_version=RBAC, kind="ClusterRoleBinding")
+    name = f"test-tenancy-{uuid.uuid4().hex[:6]}"
+    bindings.create(
+        body={
+            "apiVersion": RBAC,
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metalclaim-tenancy"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }
+    )
+    try:
+        yield
+    finally:
+        bindings.delete(name=name)
+
+
+def tenants_side(devenv, directory: Path, infra_namespace: str) -> ControllerProcess:
+    """One controller process serving claims and Tenants, the claim side named for the tenants' Secret bindings."""
+    return ControllerProcess(
+        devenv,
+        directory,
+        "--controllers",
+        "claims,tenants",
+        "--infra-namespaces",
+        infra_namespace,
+        "--tenant-claim-side",
+        "user:metalclaim-controller",
+    )
