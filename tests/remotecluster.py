@@ -249,3 +249,19 @@ class WorkloadTenant:
 
 def condition(claim: dict, type_: str) -> dict:
     return next((c for c in (claim.get("status") or {}).get("conditions") or [] if c["type"] == type_), {})
+
+
+@pytest.fixture
+def hw_tenant(hardware, hardware_clients):
+    """The remote identity: a namespace of the hardware cluster and its ServiceAccount."""
+    tenant = HardwareTenant(hardware, hardware_clients)
+    yield tenant
+    tenant.cleanup()
+
+
+@pytest.fixture
+def tenant(clients):
+    """tenant-a of the workload cluster: its kubeconfig Secrets and remote claims."""
+    tenant = WorkloadTenant(clients)
+    yield tenant
+    tenant.cleanup()

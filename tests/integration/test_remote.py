@@ -12,8 +12,6 @@ import json
 import uuid
 from pathlib import Path
 
-import pytest
-
 from tests.claimlayer import TENANT_A
 from tests.remotecluster import (  # noqa: F401 (fixtures)
     HardwareTenant,
@@ -22,24 +20,12 @@ from tests.remotecluster import (  # noqa: F401 (fixtures)
     hardware,
     hardware_clients,
     hardware_rack,
+    hw_tenant,
+    tenant,
 )
 from tests.support import run_tasks
 
 WRITE_VERBS = ("create", "replace", "patch", "delete")
-
-
-@pytest.fixture
-def hw_tenant(hardware, hardware_clients):
-    tenant = HardwareTenant(hardware, hardware_clients)
-    yield tenant
-    tenant.cleanup()
-
-
-@pytest.fixture
-def tenant(clients):
-    tenant = WorkloadTenant(clients)
-    yield tenant
-    tenant.cleanup()
 
 
 def mirror(devenv, tmp_path: Path, claims: list[str], **options) -> dict:

@@ -24,6 +24,8 @@ from tests.remotecluster import (  # noqa: F401 (fixtures)
     hardware,
     hardware_clients,
     hardware_rack,
+    hw_tenant,
+    tenant,
 )
 from tests.site import Site
 from tests.support import eventually
@@ -32,20 +34,6 @@ pytestmark = pytest.mark.integration
 REACTION = 30  # seconds: a run is ~1-3 s of ansible-runner, a remote claim is polled every 2 s until Ready
 REMOTE_FINALIZER = "metalclaim.io/remote"
 MIRROR_CONDITIONS = {"RemoteCluster", "Mirrored"}
-
-
-@pytest.fixture
-def hw_tenant(hardware, hardware_clients):
-    tenant = HardwareTenant(hardware, hardware_clients)
-    yield tenant
-    tenant.cleanup()
-
-
-@pytest.fixture
-def tenant(clients):
-    tenant = WorkloadTenant(clients)
-    yield tenant
-    tenant.cleanup()
 
 
 def _status(claim: dict | None, type_: str) -> str | None:

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,12 +24,12 @@ import pytest
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
-from metalclaim.devenv.env import Devenv, role_binding
+from metalclaim.devenv.env import role_binding
 from metalclaim.devenv.images import build_deploy_iso, build_disk_image, file_sha256
-from metalclaim.devenv.processes import DevenvError
 from tests.configdrive_reader import read_config_drive, volume_id
 from tests.site import TENANT, Site, settle
 from tests.support import eventually
+from tests.vmenv import vm_environment
 
 HOST = "vm-0"
 DISK_MARKER = "metalclaim-tenant-disk-marker-5d1e"
@@ -44,19 +43,6 @@ DEPLOY_MILESTONES = (
     ("image written", "metalclaim-image-writer: config-drive"),
     ("callback sent", "metalclaim-image-writer: callback: success reported"),
 )
-
-
-class Phases:
-    def __init__(self, path: Path, capture):
-        self.path = path
-        self.capture = capture  # pytest's capture manager: the figures are shown even when the tests pass
-        self.seconds: dict[str, float] = {}
-
-    def record(self, name: str, started: float, at: float | None = None) -> None:
-        self.seconds[name] = round((at or time.monotonic()) - started, 1)
-        with self.capture.global_and_fixture_disabled():
-            print(f"\n[vm-phase] {name}: {self.seconds[name]}s", file=sys.stderr, flush=True)
-        self.path.write_text(json.dumps(self.seconds, indent=2) + "\n")
 
 
 class SerialWatch:
@@ -93,19 +79,7 @@ class SerialWatch:
 
 @pytest.fixture(scope="module")
 def vm_env(tmp_path_factory, pytestconfig):
-    started = time.monotonic()
-    try:
-        env = Devenv.up(tmp_path_factory.mktemp("vm-disk") / "env", 0, register=False, vm_count=1)
-    except DevenvError as error:
-        pytest.fail(f"the VM environment cannot start on this machine: {error}")
-    try:
-        capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-        env.state["phases"] = Phases(env.directory / "vm-phases.json", capture)
-        env.state["phases"].record("environment up (control plane, libvirtd, emulator)", started)
-        yield env
-    finally:
-        env.state.pop("phases", None)
-        env.down()
+    yield from vm_environment(tmp_path_factory, pytestconfig, "vm-disk")
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,7 @@ Each phase's duration is printed on stderr (shown with pytest's capture on) and 
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -19,44 +17,19 @@ from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
 from metalclaim.devenv import vms
-from metalclaim.devenv.env import Devenv, role_binding
+from metalclaim.devenv.env import role_binding
 from metalclaim.devenv.images import build_marker_iso
-from metalclaim.devenv.processes import DevenvError
 from tests.site import Site, settle
 from tests.support import eventually
+from tests.vmenv import vm_environment
 
 HOST = "vm-0"
 LIVE_ISO_MARKER = "metalclaim-live-iso-marker-7f3c"
 
 
-class Phases:
-    def __init__(self, path: Path, capture):
-        self.path = path
-        self.capture = capture  # pytest's capture manager: the figures are shown even when the tests pass
-        self.seconds: dict[str, float] = {}
-
-    def record(self, name: str, started: float) -> None:
-        self.seconds[name] = round(time.monotonic() - started, 1)
-        with self.capture.global_and_fixture_disabled():
-            print(f"\n[vm-phase] {name}: {self.seconds[name]}s", file=sys.stderr, flush=True)
-        self.path.write_text(json.dumps(self.seconds, indent=2) + "\n")
-
-
 @pytest.fixture(scope="module")
 def vm_env(tmp_path_factory, pytestconfig):
-    started = time.monotonic()
-    try:
-        env = Devenv.up(tmp_path_factory.mktemp("vms") / "env", 0, register=False, vm_count=1)
-    except DevenvError as error:
-        pytest.fail(f"the VM environment cannot start on this machine: {error}")
-    try:
-        capture = pytestconfig.pluginmanager.getplugin("capturemanager")
-        env.state["phases"] = Phases(env.directory / "vm-phases.json", capture)
-        env.state["phases"].record("environment up (control plane, libvirtd, emulator)", started)
-        yield env
-    finally:
-        env.state.pop("phases", None)
-        env.down()
+    yield from vm_environment(tmp_path_factory, pytestconfig, "vms")
 
 
 @pytest.fixture(scope="module")
