@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import uuid
 from pathlib import Path
 
@@ -19,23 +18,14 @@ from kubernetes.dynamic import DynamicClient
 
 from metalclaim.devenv.env import Devenv, tenant_namespace_bindings
 from tests.claimlayer import METAL3, TENANT_A, Rack
+from tests.support import session_devenv
 
 HARDWARE_FLEET = 2
 
 
 @pytest.fixture(scope="session")
 def hardware(tmp_path_factory) -> Devenv:
-    reuse = os.environ.get("METALCLAIM_HARDWARE_DEVENV")
-    if reuse:
-        env = Devenv.load(Path(reuse).resolve())
-        assert env is not None and env.healthy(), f"METALCLAIM_HARDWARE_DEVENV={reuse} is not a running devenv"
-        yield env
-        return
-    env = Devenv.up(tmp_path_factory.mktemp("hardware") / "env", HARDWARE_FLEET)
-    try:
-        yield env
-    finally:
-        env.down()
+    yield from session_devenv("METALCLAIM_HARDWARE_DEVENV", tmp_path_factory.mktemp("hardware") / "env", HARDWARE_FLEET)
 
 
 @pytest.fixture(scope="session")

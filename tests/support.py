@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -68,3 +69,21 @@ def status_of(call) -> int:
     except ApiException as error:
         return error.status
     return 200
+
+
+def session_devenv(variable: str, directory: Path, hosts: int):
+    """A session fixture's body: the running devenv named by the environment `variable` (reused, left running),
+    else one started in `directory` with `hosts` systems and stopped afterwards."""
+    from metalclaim.devenv.env import Devenv
+
+    reuse = os.environ.get(variable)
+    if reuse:
+        env = Devenv.load(Path(reuse).resolve())
+        assert env is not None and env.healthy(), f"{variable}={reuse} is not a running devenv"
+        yield env
+        return
+    env = Devenv.up(directory, hosts)
+    try:
+        yield env
+    finally:
+        env.down()

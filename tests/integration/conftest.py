@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 import pytest
 from kubernetes import config as kube_config
@@ -19,6 +18,7 @@ from metalclaim.devenv.env import Devenv
 from tests.claimlayer import Rack
 from tests.netfixtures import FileServer
 from tests.site import Site
+from tests.support import session_devenv
 
 # Eight emulated systems: the provisioner must take a fleet of 8 from registering to available.
 FLEET_SIZE = int(os.environ.get("METALCLAIM_TEST_HOSTS", "8"))
@@ -31,18 +31,10 @@ def _interrupt(signum, frame):
 
 @pytest.fixture(scope="session")
 def devenv(tmp_path_factory) -> Devenv:
-    reuse = os.environ.get("METALCLAIM_DEVENV")
-    if reuse:
-        env = Devenv.load(Path(reuse).resolve())
-        assert env is not None and env.healthy(), f"METALCLAIM_DEVENV={reuse} is not a running devenv"
-        yield env
-        return
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    env = Devenv.up(tmp_path_factory.mktemp("devenv") / "env", FLEET_SIZE)
     try:
-        yield env
+        yield from session_devenv("METALCLAIM_DEVENV", tmp_path_factory.mktemp("devenv") / "env", FLEET_SIZE)
     finally:
-        env.down()
         signal.signal(signal.SIGTERM, previous)
 
 
