@@ -6,7 +6,9 @@ import contextlib
 import uuid
 from pathlib import Path
 
+from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
 
 from tests.controllerproc import ControllerProcess
 
@@ -45,6 +47,14 @@ def tenancy_rights(clients, user: str = "metalclaim-controller"):
         yield
     finally:
         bindings.delete(name=name)
+
+
+def as_user(devenv, user: str, group: str) -> DynamicClient:
+    """A client that acts as `user` in `group`, impersonated by the admin, as an OIDC login in that group would."""
+    api_client = kube_config.new_client_from_config(config_file=devenv.kubeconfig("admin"))
+    api_client.set_default_header("Impersonate-User", user)
+    api_client.set_default_header("Impersonate-Group", group)
+    return DynamicClient(api_client)
 
 
 def tenants_side(devenv, directory: Path, infra_namespace: str) -> ControllerProcess:

@@ -7,14 +7,12 @@ import uuid
 
 import pytest
 import yaml
-from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
 from tests.claimlayer import TENANT_A, step
 from tests.claimlayer import condition as claim_condition
 from tests.support import REPO_ROOT, eventually, run_playbook
-from tests.tenancy import TENANCY, condition, read_tenant
+from tests.tenancy import TENANCY, as_user, condition, read_tenant
 
 pytestmark = pytest.mark.integration
 
@@ -38,14 +36,6 @@ def onboard(devenv, tmp_path, run: str, **extravars) -> dict:
 
 def api(clients, kind: str, api_version: str = "v1", identity: str = "admin"):
     return clients[identity].resources.get(api_version=api_version, kind=kind)
-
-
-def as_user(devenv, user: str, group: str) -> DynamicClient:
-    """A client that acts as `user` in `group`, impersonated by the admin, as an OIDC login in that group would."""
-    api_client = kube_config.new_client_from_config(config_file=devenv.kubeconfig("admin"))
-    api_client.set_default_header("Impersonate-User", user)
-    api_client.set_default_header("Impersonate-Group", group)
-    return DynamicClient(api_client)
 
 
 def claim_body(namespace: str, name: str) -> dict:

@@ -24,8 +24,9 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from tests.claimlayer import condition as claim_condition
 from tests.support import REPO_ROOT, eventually, run_playbook, status_of
-from tests.tenancy import TENANCY, condition, read_tenant, tenants_side
+from tests.tenancy import TENANCY, as_user, condition, read_tenant, tenants_side
 
 pytestmark = pytest.mark.integration
 
@@ -191,6 +192,16 @@ def reconcile(devenv, names: list[str]) -> dict:
     """One tenant_reconcile run in process (as the module runs it), for the tests that need many."""
     run = TenantRun(Kube({"kubeconfig": devenv.kubeconfig("admin")}), False, "", CLAIM_SIDE)
     return reconcile_tenants(run, names)
+
+
+def claim_layer(devenv, rack) -> None:
+    """One claim layer run in process, as the controller's claims side (reconcile.yml) runs it."""
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.reconcile import reconcile_claims
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import ClaimRun
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
+
+    run = ClaimRun(Kube({"kubeconfig": devenv.kubeconfig("controller")}), rack.claim_args(), now(), False)
+    run.finish(reconcile_claims(run))
 
 
 def hooks_reason(clients, name: str) -> str:
@@ -398,10 +409,6 @@ def test_a_non_blocking_hook_never_delays_the_change_and_is_retried_with_backoff
 
 
 def test_claim_events_are_told_from_current_state(devenv, clients, server, tenants, rack, tmp_path):
-    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.reconcile import reconcile_claims
-    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import ClaimRun
-    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
-
     name = tenants()
     rack.host("h1", annotations={"bmc-password": "never-told"})
     hook = {
@@ -413,13 +420,9 @@ def test_claim_events_are_told_from_current_state(devenv, clients, server, tenan
     reconcile(devenv, [name])
     assert server.at("/claims") == []  # no claim yet (and tenant events are not subscribed)
 
-    def claim_layer():
-        run = ClaimRun(Kube({"kubeconfig": devenv.kubeconfig("controller")}), rack.claim_args(), now(), False)
-        run.finish(reconcile_claims(run))
-
     namespace = f"{name}-work"
     rack.claim("c1", namespace=namespace, identity="admin")
-    claim_layer()
+    claim_layer(devenv, rack)
     assert rack.read_host("h1")["spec"]["consumerRef"]["name"] == "c1"
     reconcile(devenv, [name])
     (bound,) = server.at("/claims")
@@ -433,7 +436,7 @@ def test_claim_events_are_told_from_current_state(devenv, clients, server, tenan
     assert "bmc" not in json.dumps(bound["body"]).lower() and "never-told" not in json.dumps(bound["body"])
 
     rack.set_state("h1", "provisioned")
-    claim_layer()
+    claim_layer(devenv, rack)
     reconcile(devenv, [name])
     reconcile(devenv, [name])  # told once
     assert server.events("/claims") == ["CLAIM_BOUND", "CLAIM_PROVISIONED"]
@@ -459,6 +462,91 @@ def test_claim_events_are_told_from_current_state(devenv, clients, server, tenan
         "conditions": [],
     }
     assert read_tenant(clients, name)["status"]["hooks"]["claims"] == []
+
+
+APPROVALS = "tenancy.metalclaim.io/binding-approvals"
+
+
+def binding_verdicts(clients, namespace: str) -> dict | None:
+    annotations = api(clients, "Namespace").get(name=namespace).to_dict()["metadata"].get("annotations") or {}
+    return json.loads(annotations[APPROVALS]) if APPROVALS in annotations else None
+
+
+def association(rack, name: str, namespace: str) -> tuple[str, str, str]:
+    """The claim's Association condition ("" each while the claim layer has not written its status yet)."""
+    claim = rack.read_claim(name, namespace=namespace)
+    if not (claim.get("status") or {}).get("conditions"):
+        return "", "", ""
+    found = claim_condition(claim, "Association")
+    return found["status"], found["reason"], found["message"]
+
+
+def test_a_blocking_bound_hook_holds_a_claim_unbound_until_it_allows_the_binding(
+    devenv, clients, server, tenants, rack, tmp_path
+):
+    name = tenants()
+    rack.host("h1")
+    server.answers["/gate"] = (500, b"cmdb: rack quota reached", {})
+    gate = {"name": "gate", "url": server.url("/gate"), "blockingCall": True, "eventTypes": ["CLAIM_BOUND"]}
+    notify = {"name": "notify", "url": server.url("/notify"), "eventTypes": ["CLAIM_BOUND"]}
+    api(clients, "Tenant", TENANCY).create(
+        body=manifest(name, [gate, notify], hostPools=[{"namespace": rack.namespace}])
+    )
+    reconcile(devenv, [name])
+    namespace = f"{name}-work"
+    assert binding_verdicts(clients, namespace) == {}  # born needing approval
+
+    rack.claim("c1", namespace=namespace, identity="admin")
+    uid = rack.read_claim("c1", namespace=namespace)["metadata"]["uid"]
+    claim_layer(devenv, rack)
+    assert association(rack, "c1", namespace)[:2] == ("False", "BindingHookPending")
+    assert not rack.read_host("h1")["spec"].get("consumerRef")
+
+    refused = reconcile(devenv, [name])
+    (asked,) = server.at("/gate")
+    assert asked["body"]["eventType"] == "CLAIM_BOUND"
+    assert {k: v for k, v in asked["body"]["claim"].items() if k != "conditions"} == {
+        "namespace": namespace,
+        "name": "c1",
+        "hostName": "",  # asked before the binding: no host chosen yet
+    }
+    (entry,) = refused["tenants"]
+    assert entry["requeue"] and 0 < entry["requeue_after"] <= hook_plan.backoff(1)
+    verdict = binding_verdicts(clients, namespace)[uid]
+    assert (verdict["allowed"], verdict["attempts"]) == (False, 1)
+    claim_layer(devenv, rack)
+    status, reason, message = association(rack, "c1", namespace)
+    assert (status, reason) == ("False", "BindingHookRefused")
+    assert "'gate' refused CLAIM_BOUND" in message and "cmdb: rack quota reached" in message
+    assert not rack.read_host("h1")["spec"].get("consumerRef") and server.at("/notify") == []
+
+    # Attack: the tenant's own admin cannot write the verdict (nor anything of its namespace).
+    alice = as_user(devenv, "alice", f"{name}-tenant-admin").resources.get(api_version="v1", kind="Namespace")
+    approve = {"metadata": {"annotations": {APPROVALS: json.dumps({uid: {"allowed": True}})}}}
+    assert (
+        status_of(lambda: alice.patch(body=approve, name=namespace, content_type="application/merge-patch+json")) == 403
+    )
+
+    server.answers["/gate"] = 200
+    due = hook_plan.parse_time(binding_verdicts(clients, namespace)[uid]["nextAskAt"]).timestamp()
+    time.sleep(max(0.0, due - time.time()) + 1.1)
+    reconcile(devenv, [name])
+    assert len(server.at("/gate")) == 2 and binding_verdicts(clients, namespace)[uid] == {"name": "c1", "allowed": True}
+    claim_layer(devenv, rack)
+    assert association(rack, "c1", namespace)[:2] == ("True", "BareMetalHostAssociated")
+    assert rack.read_host("h1")["spec"]["consumerRef"]["name"] == "c1"
+    reconcile(devenv, [name])  # the binding told to the non-blocking hook; the blocking one was asked already
+    assert server.events("/notify") == ["CLAIM_BOUND"] and server.at("/notify")[0]["body"]["claim"]["hostName"] == "h1"
+    assert len(server.at("/gate")) == 2
+    settled = reconcile(devenv, [name])
+    assert settled["writes"] == 0 and len(server.requests) == 3  # nothing new: nobody asked, nothing written
+
+    # The blocking hook removed: the namespace no longer needs approval.
+    api(clients, "Tenant", TENANCY).patch(
+        body={"spec": {"hooks": [notify]}}, name=name, content_type="application/merge-patch+json"
+    )
+    reconcile(devenv, [name])
+    assert binding_verdicts(clients, namespace) is None
 
 
 def test_credentials_go_nowhere_else(devenv, clients, server, credentials, tenants, tmp_path):
@@ -697,6 +785,36 @@ def test_the_controller_tells_claim_events_as_claims_change(
         eventually(released, timeout=90, message="CLAIM_RELEASED told")
         assert server.at("/claims")[-1]["body"]["claim"]["hostName"] == "h1"
         assert server.events("/claims") == ["CLAIM_BOUND", "CLAIM_PROVISIONED", "CLAIM_RELEASED"]
+    except BaseException:
+        print(controller.output())
+        raise
+    finally:
+        controller.stop()
+
+
+def test_the_controller_binds_a_claim_once_its_blocking_bound_hook_allows_it(
+    devenv, clients, server, tenancy_side, tenants, rack, tmp_path
+):
+    name = tenants()
+    rack.host("h1")
+    server.answers["/gate"] = (503, b"change freeze", {})
+    gate = {"name": "gate", "url": server.url("/gate"), "blockingCall": True, "eventTypes": ["CLAIM_BOUND"]}
+    controller = tenants_side(devenv, tmp_path / "controller", rack.namespace)
+    try:
+        api(clients, "Tenant", TENANCY).create(body=manifest(name, [gate], hostPools=[{"namespace": rack.namespace}]))
+        eventually(lambda: (read_tenant(clients, name).get("status") or {}).get("state") == "Deployed", timeout=60)
+        namespace = f"{name}-work"
+        created = time.monotonic()
+        rack.claim("c1", namespace=namespace, identity="admin")
+        eventually(lambda: association(rack, "c1", namespace)[1] == "BindingHookRefused", timeout=60, message="refused")
+        print(f"\nclaim created -> BindingHookRefused on the claim: {time.monotonic() - created:.1f}s")
+        assert "change freeze" in association(rack, "c1", namespace)[2]
+        assert not rack.read_host("h1")["spec"].get("consumerRef")
+        allowed = time.monotonic()
+        server.answers["/gate"] = 200
+        eventually(lambda: association(rack, "c1", namespace)[0] == "True", timeout=60, message="bound once allowed")
+        print(f"hook allows -> claim bound by the controller: {time.monotonic() - allowed:.1f}s")
+        assert rack.read_host("h1")["spec"]["consumerRef"]["name"] == "c1"
     except BaseException:
         print(controller.output())
         raise

@@ -25,7 +25,7 @@ def _documented() -> set[str]:
 
 def test_every_claim_condition_reason_is_in_the_tenant_guide():
     reasons = {binding.ASSOCIATED, binding.NO_HOST, binding.NOT_AUTHORIZED, binding.MISSING_HOST}
-    reasons |= {binding.TENANT_HOST_LIMIT}
+    reasons |= {binding.TENANT_HOST_LIMIT, binding.BINDING_HOOK_PENDING, binding.BINDING_HOOK_REFUSED}
     reasons |= {binding.INVALID_SELECTOR, secrets.SYNCED, secrets.CROSS_NAMESPACE, secrets.COPY_NAME_TAKEN}
     reasons |= {secrets.sync_failure(role) for role in metal3.DATA_ROLES}
     reasons |= {sync.IMAGE_CHANGE_REJECTED, sync.REBOOT_NOT_APPLICABLE, sync.AUTHORIZATION_REVOKED}
@@ -39,7 +39,7 @@ def test_the_reason_constants_are_all_accounted_for():
     """A new reason constant in the claim layer must be added above (and so to the guide)."""
     known = {"ASSOCIATED", "NO_HOST", "NOT_AUTHORIZED", "MISSING_HOST", "INVALID_SELECTOR", "SYNCED"}
     known |= {"CROSS_NAMESPACE", "COPY_NAME_TAKEN", "IMAGE_CHANGE_REJECTED", "REBOOT_NOT_APPLICABLE"}
-    known |= {"AUTHORIZATION_REVOKED", "TENANT_HOST_LIMIT"}
+    known |= {"AUTHORIZATION_REVOKED", "TENANT_HOST_LIMIT", "BINDING_HOOK_PENDING", "BINDING_HOOK_REFUSED"}
     known |= {"CLAIM_KIND"}  # CLAIM_KIND: the kind HostClaim, not a reason
     for module in (binding, secrets, sync):
         tree = ast.parse(Path(module.__file__).read_text())

@@ -28,6 +28,9 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     PAUSED_ANNOTATION,
     REBOOT_ANNOTATION,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    BINDING_APPROVALS_ANNOTATION,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (
     PROVISIONER_ANNOTATION,  # who provisions a host (ours, or Metal3's BMO): a host annotation or namespace label
 )
@@ -222,11 +225,17 @@ def policy_changed(old: dict | None, new: dict | None, claims: list[dict]) -> Ke
 
 
 def namespace_changed(old: dict | None, new: dict | None, claims_in_namespace: list[dict]) -> Keys:
-    """Namespace labels feed policies: the namespace's baremetal claims are concerned when they change. A namespace
-    appearing or going (in or out of the namespace selector) concerns all its claims."""
+    """Namespace labels feed policies (and a tenant's limit), its binding-approvals annotation the hooks' verdicts:
+    the namespace's baremetal claims are concerned when they change. A namespace appearing or going (in or out of
+    the namespace selector) concerns all its claims."""
     if bool(old) != bool(new):
         return Keys(sorted(key for key in map(claim_key, claims_in_namespace) if key is not None))
-    if _meta(old).get("labels") == _meta(new).get("labels"):
+
+    def binding_inputs(namespace: dict | None):
+        meta = _meta(namespace)
+        return meta.get("labels"), (meta.get("annotations") or {}).get(BINDING_APPROVALS_ANNOTATION)
+
+    if binding_inputs(old) == binding_inputs(new):
         return Keys(dropped=True)
     return Keys(_baremetal_keys(claims_in_namespace))
 
@@ -269,7 +278,12 @@ def tenant_claim_namespaces(tenant: dict) -> list[str]:
 
 def claim_changed_for_tenants(old: dict | None, new: dict | None, tenants: list[dict]) -> Keys:
     """A claim's bound or provisioned state (or the claim itself) changing is a claim event for the tenants whose
-    hooks want them (tenants: those of the claim's namespace, by tenant_claim_namespaces)."""
+    hooks want them (tenants: those of the claim's namespace, by tenant_claim_namespaces). A claim made (its binding
+    to be asked about) or gone (its verdict to drop) concerns the tenants with blocking CLAIM_BOUND hooks."""
+    if (old is None) != (new is None):
+        asking = [tenant for tenant in tenants if tenant_hooks.asks_before_binding(tenant)]
+        if asking:
+            return Keys(sorted(key_of(TENANT, tenant) for tenant in asking))
 
     def facts(claim: dict | None):
         # A claim absent is an unbound one: its creation tells nothing, its deletion once bound is a release.

@@ -80,6 +80,9 @@ def test_policy_namespace_and_secret_changes():
     namespace = {"metadata": {"name": "tenant-a", "labels": {"a": "1"}}}
     assert mapper.namespace_changed(namespace, changed(namespace, metadata__labels={}), claims).keys
     assert mapper.namespace_changed(namespace, changed(namespace, metadata__annotations={"x": "y"}), claims).dropped
+    # The tenant's blocking CLAIM_BOUND hooks' verdicts: a new one may let a claim bind.
+    verdicts = changed(namespace, metadata__annotations={"tenancy.metalclaim.io/binding-approvals": '{"u":1}'})
+    assert mapper.namespace_changed(namespace, verdicts, claims).keys == [(CLAIM, "tenant-a", "c1")]
     secret = {"metadata": {"namespace": "tenant-a", "name": "ud", "resourceVersion": "1"}}
     assert mapper.secret_changed(secret, changed(secret, metadata__resourceVersion="2"), claims).keys
     assert mapper.secret_changed(secret, secret, claims).dropped
@@ -138,6 +141,18 @@ def test_a_claim_bound_provisioned_or_released_concerns_the_tenants_whose_hooks_
     assert mapper.claim_changed_for_tenants(unbound, None, [blue]).keys == []
     assert mapper.claim_changed_for_tenants(bound, relabelled, [blue]).keys == []
     assert mapper.claim_changed_for_tenants(unbound, bound, []).keys == []
+    # A tenant whose blocking CLAIM_BOUND hook is asked before a binding hears of claims made and gone too.
+    gate = {**hook, "blockingCall": True}
+    gated = {"metadata": {"name": "green"}, "spec": {"tenantName": "green", "childNamespaces": ["w"], "hooks": [gate]}}
+    assert mapper.claim_changed_for_tenants(None, unbound, [blue, gated]).keys == [("tenant", "", "green")]
+    assert mapper.claim_changed_for_tenants(unbound, None, [gated]).keys == [("tenant", "", "green")]
+    assert mapper.claim_changed_for_tenants(unbound, relabelled_unbound(unbound), [gated]).keys == []
+
+
+def relabelled_unbound(claim: dict) -> dict:
+    relabelled = copy.deepcopy(claim)
+    relabelled["metadata"]["labels"] = {"x": "y"}
+    return relabelled
 
 
 # -- kind routing: a claim's spec.kind picks its key, and a kind no playbook serves gets none ----------------

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import random
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_labels
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_metadata
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import (
     lock_for_binding,
     with_finalizer,
@@ -43,7 +43,8 @@ def bind_claims(run) -> dict:
     order = {binding.key(c): index for index, c in enumerate(claims)}
     hosts = kube.list(API_VERSION, "BareMetalHost")
     policies = kube.list(API_VERSION, "HostDeployPolicy")
-    labels_of = namespace_labels(kube)
+    metadata_of = namespace_metadata(kube)
+    labels_of = {name: meta.get("labels") or {} for name, meta in metadata_of.items()}
     hosts_by_key = {binding.key(h): h for h in hosts}
     results = []
     pending = list(claims)
@@ -63,7 +64,8 @@ def bind_claims(run) -> dict:
         if max_bound_hosts(labels) is not None:
             consumers = [ref for ref in map(binding.consumer, current_hosts) if ref]
             held = hosts_held(tenant_of(labels), consumers, labels_of)
-        plan = binding.plan(claim, current_hosts, authorized, labels, held)
+        annotations = (metadata_of.get(namespace) or {}).get("annotations")
+        plan = binding.plan(claim, current_hosts, authorized, labels, held, annotations)
         results.append(_commit(run, plan, hosts_by_key))
         if results[-1]["action"] == "conflict" and pending:
             pending, hosts_by_key = _next_after_conflict(kube, pending)

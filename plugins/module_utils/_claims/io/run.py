@@ -212,9 +212,14 @@ def bound_claims(run: ClaimRun) -> list[tuple[dict, dict]]:
     return pairs
 
 
+def namespace_metadata(kube) -> dict:
+    """namespace name -> its metadata (labels: what hasLabels in a policy is checked against), in one list call."""
+    return {ns["metadata"]["name"]: ns["metadata"] for ns in kube.list("v1", "Namespace")}
+
+
 def namespace_labels(kube) -> dict:
-    """namespace name -> its labels (what hasLabels in a policy is checked against), in one list call."""
-    return {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")}
+    """namespace name -> its labels, in one list call."""
+    return {name: meta.get("labels") or {} for name, meta in namespace_metadata(kube).items()}
 
 
 def step_each(pairs: list[tuple[dict, object]], step, refresh=None, each=None) -> dict:

@@ -19,6 +19,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    binding_verdict,
     max_bound_hosts,
     may_bind,
     tenant_of,
@@ -37,6 +38,8 @@ NOT_AUTHORIZED = "NotAuthorized"
 MISSING_HOST = "MissingBareMetalHost"
 INVALID_SELECTOR = "InvalidHostSelector"
 TENANT_HOST_LIMIT = "TenantHostLimit"
+BINDING_HOOK_PENDING = "BindingHookPending"
+BINDING_HOOK_REFUSED = "BindingHookRefused"
 
 
 def key(obj: dict) -> tuple[str, str]:
@@ -129,10 +132,12 @@ def plan(
     authorized_namespaces: list[str],
     namespace_labels: dict | None = None,
     held_by_tenant: int = 0,
+    namespace_annotations: dict | None = None,
 ) -> Plan:
     """Decide for one claim, given every host the caller can see, the namespaces policies admit it to, the
     labels of the claim's namespace (its tenant: a host reserved for other tenants is never a candidate; its
-    limit of bound hosts) and how many hosts claims of that tenant hold now."""
+    limit of bound hosts), how many hosts claims of that tenant hold now, and the namespace's annotations (the
+    verdicts of its tenant's blocking CLAIM_BOUND hooks)."""
     spec = claim.get("spec") or {}
     status = claim.get("status") or {}
     if claim["metadata"].get("deletionTimestamp"):
@@ -174,6 +179,12 @@ def plan(
             f"(spec.quota.maxBoundHosts: {limit}); the claim binds when one of its hosts is released"
         )
         return Plan(claim, "refuse", reason=TENANT_HOST_LIMIT, message=message, stale_status=stale)
+
+    verdict = binding_verdict(namespace_annotations, claim["metadata"].get("uid", ""))
+    if verdict is not None:
+        refused, message = verdict
+        reason = BINDING_HOOK_REFUSED if refused else BINDING_HOOK_PENDING
+        return Plan(claim, "refuse", reason=reason, message=message, stale_status=stale)
 
     domain = spec.get("failureDomain")
     eligible = [

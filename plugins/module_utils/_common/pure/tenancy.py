@@ -1,6 +1,7 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Names the tenant step writes and the claim layer reads (exclusive hosts, the bound-host limit). Pure.
+"""Names the tenant step writes and the claim layer reads (exclusive hosts, the bound-host limit, the blocking
+CLAIM_BOUND hooks' verdicts). Pure.
 
 A reservation lives on the BareMetalHost itself, in one annotation listing the tenants it is reserved
 for: the bind step already holds every host and every namespace's labels, so it checks a reservation
@@ -11,6 +12,8 @@ Namespaces, so they cannot move a namespace into another tenant.
 
 from __future__ import annotations
 
+import json
+
 # On every object the tenant step creates (Namespace, RoleBinding, ResourceQuota, HostDeployPolicy): whose
 # it is. An object of the name wanted without this label (or with another tenant's) is never taken over.
 TENANT_LABEL = "tenancy.metalclaim.io/tenant"
@@ -19,6 +22,11 @@ RESERVED_FOR_ANNOTATION = "tenancy.metalclaim.io/reserved-for"
 # On each of a tenant's namespaces while its spec.quota.maxBoundHosts is set: that maximum. A label, not a
 # Tenant read: the bind step already lists namespace labels, and a change of labels wakes the namespace's claims.
 MAX_BOUND_HOSTS_LABEL = "tenancy.metalclaim.io/max-bound-hosts"
+# On each of a tenant's namespaces while one of its hooks is a blocking CLAIM_BOUND hook: the hooks' verdict per
+# claim, a JSON object {claim uid: {"name", "allowed", "message", "attempts", "nextAskAt"}} ("{}" before any).
+# Present, it means a claim of the namespace binds only once allowed; an annotation (a JSON value), on the
+# namespace for the same reasons as the limit label.
+BINDING_APPROVALS_ANNOTATION = "tenancy.metalclaim.io/binding-approvals"
 
 
 def reserved_for(host: dict) -> list[str]:
@@ -58,3 +66,37 @@ def hosts_held(tenant: str, consumers: list[dict], labels_of: dict) -> int:
         for ref in consumers
         if ref.get("kind") == "HostClaim" and tenant_of(labels_of.get(ref.get("namespace", ""))) == tenant
     )
+
+
+def binding_approvals(namespace_annotations: dict | None) -> dict | None:
+    """The verdicts by claim uid (None: the namespace's claims need no approval). An unreadable value is no
+    verdict at all: a claim waits rather than binds unasked."""
+    value = (namespace_annotations or {}).get(BINDING_APPROVALS_ANNOTATION)
+    if value is None:
+        return None
+    try:
+        verdicts = json.loads(value)
+    except ValueError:
+        return {}
+    return verdicts if isinstance(verdicts, dict) else {}
+
+
+def binding_approvals_value(verdicts: dict) -> str:
+    return json.dumps(verdicts, sort_keys=True, separators=(",", ":"))
+
+
+def binding_verdict(namespace_annotations: dict | None, claim_uid: str) -> tuple[bool, str] | None:
+    """None when a claim of the namespace may bind as far as hooks go; else (refused, message): refused False
+    while the hooks have not answered yet."""
+    verdicts = binding_approvals(namespace_annotations)
+    if verdicts is None:
+        return None
+    verdict = verdicts.get(claim_uid)
+    if not isinstance(verdict, dict):
+        return False, "waiting for the tenant's blocking CLAIM_BOUND hook(s) to allow the binding"
+    if verdict.get("allowed") is True:
+        return None
+    message = str(verdict.get("message") or "a blocking CLAIM_BOUND hook refused the binding")
+    if verdict.get("nextAskAt"):
+        message += f"; asked again at {verdict['nextAskAt']}"
+    return True, message

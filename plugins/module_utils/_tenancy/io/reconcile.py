@@ -20,7 +20,10 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    BINDING_APPROVALS_ANNOTATION,
     TENANT_LABEL,
+    binding_approvals,
+    binding_approvals_value,
     reserved_for,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.hooks import Deliverer
@@ -53,6 +56,10 @@ class Snapshot:
         item.setdefault("apiVersion", api_version)
         item.setdefault("kind", kind)
         self.objects[plan.object_key(item)] = item
+
+    def add(self, written: dict) -> None:
+        """An object as this run wrote it."""
+        self._add(written["apiVersion"], written["kind"], written)
 
     def namespaces(self) -> set[str]:
         return {name for kind, _ns, name in self.objects if kind == "Namespace"}
@@ -161,9 +168,14 @@ def _apply(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]
     failures: dict[str, list[str]] = {}
     for step, action, obj in writes:
         try:
-            _write(run, action, obj, result)
+            written = _write(run, action, obj, result)
         except KubeError as error:
             failures.setdefault(step, []).append(str(error))
+            continue
+        if written is not None and action != "delete":
+            snapshot.add(written)  # the binding verdicts below are written on the namespace as it is now
+    for error in _binding_verdicts(run, snapshot, tenant, status.get("state") or plan.NEW, result):
+        failures.setdefault(plan.NAMESPACES, []).append(error)
     for step in plan.STEPS:
         if step in failures:
             conditions = cond.set_condition(
@@ -182,6 +194,9 @@ def _apply(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]
         "hooks": hook_state,
     }
     result.update(state=new_status["state"], requeue=bool(failures))
+    reask = result.pop("binding_reask_after", None)
+    if reask is not None:  # a refused binding is asked about again after its backoff
+        result.update(requeue=True, requeue_after=min(reask, result.get("requeue_after", reask)))
     # The change is in the status before any non-blocking hook is told of it: they never delay it.
     tenant = _write_status(run, tenant, new_status, result)
     _deliver_due(run, snapshot, tenant, new_status, result)
@@ -247,6 +262,74 @@ def _with_claim_events(run: TenantRun, snapshot: Snapshot, tenant: dict, hook_st
         # Claim events are notifications: every subscribed hook is told, none can stop a binding from here.
         pending = hook_plan.queued(pending, tenant, event, run.timestamp, claim=facts)
     return {**hook_state, "pending": pending, "claims": record}
+
+
+def _binding_verdicts(run: TenantRun, snapshot: Snapshot, tenant: dict, state: str, result: dict) -> list[str]:
+    """Ask the blocking CLAIM_BOUND hooks about each unbound claim of the tenant's namespaces not yet allowed
+    (a refused one after its backoff) and write the verdicts on its namespace, where the bind step reads them; the
+    annotation goes when no hook asks any more. Sets result["binding_reask_after"]; returns the write errors."""
+    asks = hook_plan.asks_before_binding(tenant)
+    namespaces = _namespaces_of(snapshot, tenant)
+    claims = snapshot.claims_in(namespaces) if asks else []
+    errors, waits = [], []
+    for namespace_name in namespaces:
+        namespace = snapshot.objects.get(("Namespace", "", namespace_name))
+        if (
+            namespace is None
+            or namespace["metadata"].get("deletionTimestamp")
+            or plan.owner(namespace) != plan.tenant_name(tenant)
+        ):
+            continue
+        annotations = dict(namespace["metadata"].get("annotations") or {})
+        if asks:
+            mine = [c for c in claims if c["metadata"].get("namespace") == namespace_name]
+            verdicts = _asked(run, tenant, state, binding_approvals(annotations) or {}, mine, result)
+            waits.append(hook_plan.seconds_until_reask(verdicts, hook_plan.parse_time(cond.now())))
+            annotations[BINDING_APPROVALS_ANNOTATION] = binding_approvals_value(verdicts)
+        else:
+            annotations.pop(BINDING_APPROVALS_ANNOTATION, None)
+        if annotations == (namespace["metadata"].get("annotations") or {}):
+            continue
+        updated = copy.deepcopy(namespace)
+        updated["metadata"]["annotations"] = annotations
+        try:
+            written = _write(run, "replace", updated, result)
+        except KubeError as error:
+            errors.append(f"binding verdicts on namespace {namespace_name}: {error}")
+            continue
+        if written is not None:
+            snapshot.add(written)
+    waits = [w for w in waits if w is not None]
+    if waits:
+        result["binding_reask_after"] = min(waits)
+    return errors
+
+
+def _asked(run: TenantRun, tenant: dict, state: str, verdicts: dict, claims: list[dict], result: dict) -> dict:
+    """The verdicts of a namespace's claims after asking about those due (nobody is asked in check mode)."""
+    verdicts = hook_plan.verdicts_kept(verdicts, claims)
+    due = [] if run.check_mode else hook_plan.claims_to_ask(verdicts, claims, hook_plan.parse_time(run.timestamp))
+    for claim in due:
+        uid = claim["metadata"].get("uid", "")
+        refusal = _ask_about_binding(run, tenant, state, claim)
+        # The backoff counts from the answer (a hook may have used its whole timeout), not the run's start.
+        answered = hook_plan.parse_time(cond.now())
+        verdicts[uid] = hook_plan.verdict_after(verdicts.get(uid), claim, refusal, answered)
+        counts = result.setdefault("binding_hooks_asked", {"allowed": 0, "refused": 0})
+        counts["refused" if refusal else "allowed"] += 1
+    return verdicts
+
+
+def _ask_about_binding(run: TenantRun, tenant: dict, state: str, claim: dict) -> str:
+    """The first blocking CLAIM_BOUND hook's refusal of binding this claim ("" when all answer 200)."""
+    facts = hook_plan.claim_facts(claim)
+    conditions = (claim.get("status") or {}).get("conditions")
+    body = hook_plan.payload(hook_plan.CLAIM_BOUND, tenant, state, claim=facts, conditions=conditions)
+    for hook in hook_plan.subscribed(tenant, hook_plan.CLAIM_BOUND, blocking=True):
+        detail = run.deliverer.send(hook, body)
+        if detail:
+            return hook_plan.refusal_message(hook, hook_plan.CLAIM_BOUND, detail)
+    return ""
 
 
 def _namespaces_of(snapshot: Snapshot, tenant: dict) -> list[str]:
@@ -351,26 +434,27 @@ def _planned_writes(snapshot: Snapshot, tenant: dict, desired: list[dict]) -> li
     return writes
 
 
-def _write(run: TenantRun, action: str, obj: dict, result: dict) -> None:
+def _write(run: TenantRun, action: str, obj: dict, result: dict) -> dict | None:
+    """Create, replace, recreate or delete; the object as the API server holds it now (None: deleted, check mode)."""
     kind, namespace, name = plan.object_key(obj)
     result["writes"].append({"action": action, "kind": kind, "namespace": namespace, "name": name})
     result["changed"] = True
     if run.check_mode:
-        return
+        return None
     kube = run.kube
     if action == "create":
         try:
-            kube.create(obj)
+            return kube.create(obj)
         except AlreadyExistsError as error:
             # Made since the batch listed it (by hand: a labelled one would have been listed).
             raise KubeError(f"{kind} {namespace}/{name} exists and is not this tenant's: {error}") from error
-    elif action == "replace":
-        kube.replace(obj)
-    elif action == "recreate":
+    if action == "replace":
+        return kube.replace(obj)
+    if action == "recreate":
         kube.delete(obj["apiVersion"], kind, name, namespace or None)
-        kube.create(obj)
-    elif action == "delete":
-        kube.delete(obj["apiVersion"], kind, name, namespace or None, uid=obj["metadata"].get("uid", ""))
+        return kube.create(obj)
+    kube.delete(obj["apiVersion"], kind, name, namespace or None, uid=obj["metadata"].get("uid", ""))
+    return None
 
 
 def _with_finalizer(run: TenantRun, tenant: dict, result: dict) -> dict:

@@ -3,9 +3,10 @@
 """Tenant hooks (TAPMS's tenanthooks): which events are due, their payloads, credentials, backoff. Pure.
 
 A hook is POSTed a JSON payload for the event types it subscribes to. A blocking hook is asked before a tenant
-change (CREATE, UPDATE, DELETE) and anything but 200 stops that change; a non-blocking hook is told after the
-change, never delays it, and a failed delivery is retried with backoff. What was asked and delivered lives in
-the Tenant's status.hooks, so every run starts from current state (no run sleeps waiting for a hook):
+change (CREATE, UPDATE, DELETE) or a claim's binding (CLAIM_BOUND) and anything but 200 stops that change; a
+non-blocking hook is told after the change, never delays it, and a failed delivery is retried with backoff.
+What was asked and delivered lives in the Tenant's status.hooks, so every run starts from current state (no run
+sleeps waiting for a hook):
 
   status.hooks.announcedGeneration  the generation whose CREATE/UPDATE the blocking hooks allowed
   status.hooks.deleteAnnounced      the blocking hooks allowed the deletion
@@ -14,6 +15,9 @@ the Tenant's status.hooks, so every run starts from current state (no run sleeps
   status.hooks.pending              non-blocking deliveries not yet accepted: hook, eventType, (claim),
                                     attempts, nextAttemptAt, lastError
   status.hooks.claims               each claim of the tenant's namespaces as last delivered: bound, provisioned
+
+The blocking CLAIM_BOUND hooks' verdicts live on the tenant's namespaces (tenancy.BINDING_APPROVALS_ANNOTATION),
+where the bind step reads them: claim uid -> allowed, or refused with the message and when to ask again.
 
 Never in a payload, the status or a message: Secret data (credentials are redacted from whatever a hook
 answers) and BMC data (a claim is described by namespace, name, host name and its conditions only).
@@ -305,10 +309,10 @@ def delivery_key(entry: dict) -> tuple:
 
 
 def queued(pending: list[dict], tenant: dict, event_type: str, now: str, claim: dict | None = None) -> list[dict]:
-    """`pending` with a delivery of the event to each non-blocking hook subscribed (due now; one per key)."""
+    """`pending` with a delivery of the event to each hook told of it (notified; due now; one per key)."""
     result = list(pending)
     keys = {delivery_key(e) for e in result}
-    for hook in subscribed(tenant, event_type, blocking=False):
+    for hook in notified(tenant, event_type):
         entry = {"hook": hook.name, "eventType": event_type, "attempts": 0, "nextAttemptAt": now, "lastError": ""}
         if claim is not None:
             entry["claim"] = {k: claim.get(k, "") for k in ("namespace", "name", "hostName")}
@@ -395,3 +399,64 @@ def refusal_message(hook: Hook, event_type: str, detail: str) -> str:
 
 def refusal_message_pending(event_type: str) -> str:
     return f"a blocking hook refused {event_type}; asked again after the backoff"
+
+
+# -- blocking CLAIM_BOUND hooks: a claim binds once they allow it --------------------------------------------
+
+
+def asks_before_binding(tenant: dict) -> bool:
+    return bool(subscribed(tenant, CLAIM_BOUND, blocking=True))
+
+
+def notified(tenant: dict, event_type: str) -> list[Hook]:
+    """The hooks told of an event after it happened: the non-blocking ones, and for the claim events that cannot
+    be stopped (CLAIM_PROVISIONED, CLAIM_RELEASED) the blocking ones too (a blocking CLAIM_BOUND hook was asked
+    before the binding: that was its delivery)."""
+    if event_type in CLAIM_EVENTS and event_type != CLAIM_BOUND:
+        return [h for h in hooks(tenant) if event_type in h.event_types]
+    return subscribed(tenant, event_type, blocking=False)
+
+
+def claims_to_ask(verdicts: dict, claims: list[dict], now: datetime) -> list[dict]:
+    """The claims whose binding the blocking hooks must be asked about now: unbound, not being deleted, never
+    asked, or refused and due again."""
+    due_now = []
+    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace"), c["metadata"].get("name"))):
+        meta = claim["metadata"]
+        if meta.get("deletionTimestamp") or claim_facts(claim)["bound"]:
+            continue
+        verdict = verdicts.get(meta.get("uid", ""))
+        never_asked = not isinstance(verdict, dict)
+        if never_asked or (verdict.get("allowed") is not True and _ask_again_by(verdict) <= now):
+            due_now.append(claim)
+    return due_now
+
+
+def _ask_again_by(verdict: dict) -> datetime:
+    try:
+        return parse_time(verdict["nextAskAt"])
+    except (KeyError, TypeError, ValueError):
+        return datetime.min.replace(tzinfo=UTC)  # a verdict without a valid time is asked again now
+
+
+def verdict_after(previous: dict | None, claim: dict, refusal: str, now: datetime) -> dict:
+    """A claim's verdict after asking: allowed, or refused with the message and when to ask again (backoff)."""
+    name = claim["metadata"].get("name", "")
+    if not refusal:
+        return {"name": name, "allowed": True}
+    attempts = (previous or {}).get("attempts", 0) + 1
+    next_ask = format_time(now + timedelta(seconds=backoff(attempts)))
+    return {"name": name, "allowed": False, "message": refusal, "attempts": attempts, "nextAskAt": next_ask}
+
+
+def verdicts_kept(verdicts: dict, claims: list[dict]) -> dict:
+    """The verdicts of claims that still exist (a claim made again under the same name has a new uid)."""
+    present = {c["metadata"].get("uid", "") for c in claims}
+    return {uid: verdict for uid, verdict in verdicts.items() if uid in present}
+
+
+def seconds_until_reask(verdicts: dict, now: datetime) -> float | None:
+    times = [_ask_again_by(v) for v in verdicts.values() if isinstance(v, dict) and v.get("allowed") is not True]
+    if not times:
+        return None
+    return max(0.0, (min(times) - now).total_seconds())

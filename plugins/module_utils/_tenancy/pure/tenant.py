@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    BINDING_APPROVALS_ANNOTATION,
     MAX_BOUND_HOSTS_LABEL,
     RESERVED_FOR_ANNOTATION,
     TENANT_LABEL,
@@ -207,6 +208,10 @@ def _namespace(tenant: dict, namespace: str) -> dict:
     if max_bound_hosts(tenant) is not None:
         # Where the bind step reads the limit (it counts the tenant's hosts from what it lists anyway).
         meta["labels"][MAX_BOUND_HOSTS_LABEL] = str(max_bound_hosts(tenant))
+    if hooks.asks_before_binding(tenant):
+        # Born needing approval: a claim made the moment the namespace exists cannot bind before the hooks are
+        # asked. The verdicts are the hook step's to write (updated_object leaves annotations alone).
+        meta["annotations"] = {BINDING_APPROVALS_ANNOTATION: "{}"}
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 

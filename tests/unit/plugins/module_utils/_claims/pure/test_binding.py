@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import PAUSED_ANNOTATION
@@ -191,6 +193,33 @@ def test_a_tenant_at_its_bound_host_limit_waits_and_keeps_what_it_holds():
     assert binding.plan(claim(), [free], ["infrahost"], {limit_label: "0"}, 5).action == "bind"
     garbled = binding.plan(claim(), [free], ["infrahost"], {**labels, limit_label: "many"}, 0)
     assert garbled.reason == binding.TENANT_HOST_LIMIT
+
+
+def test_a_claim_of_a_namespace_with_blocking_bound_hooks_binds_only_once_allowed():
+    annotation = "tenancy.metalclaim.io/binding-approvals"
+    free = host("h1", labels=MEDIUM)
+    mine = claim()
+    uid = mine["metadata"]["uid"]
+
+    def plan_with(value):
+        return binding.plan(mine, [free], ["infrahost"], {}, 0, {annotation: value})
+
+    pending = plan_with("{}")
+    assert (pending.action, pending.reason) == ("refuse", binding.BINDING_HOOK_PENDING)
+    assert "waiting for the tenant's blocking CLAIM_BOUND hook" in pending.message
+    refused = plan_with(json.dumps({uid: {"allowed": False, "message": "hook 'cmdb': HTTP 500", "nextAskAt": "T"}}))
+    assert (refused.action, refused.reason) == ("refuse", binding.BINDING_HOOK_REFUSED)
+    assert refused.message == "hook 'cmdb': HTTP 500; asked again at T"
+    assert plan_with(json.dumps({uid: {"allowed": True}})).action == "bind"
+    # Another claim's approval (a claim of the same name deleted and made again has another uid) is not this one's.
+    assert plan_with(json.dumps({"another-uid": {"allowed": True}})).reason == binding.BINDING_HOOK_PENDING
+    # An unreadable value binds nothing; no annotation at all: no hook to ask.
+    assert plan_with("not json").reason == binding.BINDING_HOOK_PENDING
+    assert plan_with("[]").reason == binding.BINDING_HOOK_PENDING
+    assert binding.plan(mine, [free], ["infrahost"], {}, 0, {}).action == "bind"
+    # A claim already bound keeps its host whatever the hooks say now.
+    held = host("h2", labels=MEDIUM, consumer=binding.claim_ref(mine))
+    assert binding.plan(mine, [held], ["infrahost"], {}, 0, {annotation: "{}"}).action == "keep"
 
 
 def test_hosts_held_counts_claims_of_every_namespace_of_the_tenant():

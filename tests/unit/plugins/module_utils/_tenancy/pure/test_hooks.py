@@ -210,6 +210,70 @@ def test_deliveries_are_queued_to_non_blocking_subscribers_once_per_key():
     assert with_claim[-1]["claim"] == {"namespace": "blue-slurm", "name": "c1", "hostName": "h1"}
 
 
+def test_claim_events_that_cannot_be_stopped_are_told_to_blocking_hooks_too():
+    gate = hook("gate", True, events=("CLAIM_BOUND", "CLAIM_PROVISIONED", "CLAIM_RELEASED"))
+    t = tenant(gate, hook("notify", events=("CLAIM_BOUND", "CLAIM_RELEASED")))
+    facts = hooks.claim_facts(claim("c1", host="h1"))
+
+    def told(event):
+        return [e["hook"] for e in hooks.queued([], t, event, STAMP, claim=facts)]
+
+    # A blocking CLAIM_BOUND hook was asked before the binding: that was its delivery.
+    assert told(hooks.CLAIM_BOUND) == ["notify"]
+    assert told(hooks.CLAIM_PROVISIONED) == ["gate"]
+    assert told(hooks.CLAIM_RELEASED) == ["gate", "notify"]
+    assert hooks.asks_before_binding(t) and not hooks.asks_before_binding(
+        tenant(hook("notify", events=("CLAIM_BOUND",)))
+    )
+
+
+def with_uid(c: dict, uid: str, deleting: bool = False) -> dict:
+    c["metadata"]["uid"] = uid
+    if deleting:
+        c["metadata"]["deletionTimestamp"] = STAMP
+    return c
+
+
+def test_the_blocking_bound_hooks_are_asked_about_each_unbound_claim_once_allowed_and_after_the_backoff_if_refused():
+    new = with_uid(claim("new"), "u-new")
+    allowed = with_uid(claim("allowed"), "u-allowed")
+    refused_due = with_uid(claim("refused-due"), "u-due")
+    refused_later = with_uid(claim("refused-later"), "u-later")
+    bound = with_uid(claim("bound", host="h1"), "u-bound")
+    going = with_uid(claim("going"), "u-going", deleting=True)
+    verdicts = {
+        "u-allowed": {"name": "allowed", "allowed": True},
+        "u-due": {"name": "refused-due", "allowed": False, "attempts": 1, "nextAskAt": STAMP},
+        "u-later": {"name": "refused-later", "allowed": False, "attempts": 1, "nextAskAt": "2026-01-01T12:00:30Z"},
+        "u-gone": {"name": "gone", "allowed": True},
+    }
+    claims = [new, allowed, refused_due, refused_later, bound, going]
+    kept = hooks.verdicts_kept(verdicts, claims)
+    assert sorted(kept) == ["u-allowed", "u-due", "u-later"]  # the deleted claim's verdict goes
+    assert [c["metadata"]["name"] for c in hooks.claims_to_ask(kept, claims, NOW)] == ["new", "refused-due"]
+    assert hooks.seconds_until_reask(kept, NOW) == 0.0  # refused-due is due now
+    assert hooks.seconds_until_reask({"u-later": verdicts["u-later"]}, NOW) == 30.0
+    assert hooks.seconds_until_reask({"u-allowed": verdicts["u-allowed"]}, NOW) is None
+
+
+def test_a_verdict_records_the_refusal_and_backs_off():
+    c = with_uid(claim("c1"), "u1")
+    assert hooks.verdict_after(None, c, "", NOW) == {"name": "c1", "allowed": True}
+    first = hooks.verdict_after(None, c, "blocking hook 'gate' refused CLAIM_BOUND: HTTP 500", NOW)
+    assert first == {
+        "name": "c1",
+        "allowed": False,
+        "message": "blocking hook 'gate' refused CLAIM_BOUND: HTTP 500",
+        "attempts": 1,
+        "nextAskAt": "2026-01-01T12:00:02Z",
+    }
+    second = hooks.verdict_after(first, c, "again", NOW)
+    assert (second["attempts"], second["nextAskAt"]) == (2, "2026-01-01T12:00:04Z")
+    assert hooks.verdict_after(second, c, "", NOW)["allowed"] is True
+    # A verdict whose time cannot be read is asked again now rather than never.
+    assert hooks.claims_to_ask({"u1": {"allowed": False, "nextAskAt": "soon"}}, [c], NOW) == [c]
+
+
 def test_a_failed_delivery_is_retried_after_the_backoff_then_given_up():
     entry = {"hook": "notify", "eventType": "CREATE", "attempts": 0, "nextAttemptAt": STAMP, "lastError": ""}
     assert hooks.due([entry], NOW) == [entry]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    BINDING_APPROVALS_ANNOTATION,
     MAX_BOUND_HOSTS_LABEL,
     RESERVED_FOR_ANNOTATION,
     TENANT_LABEL,
@@ -156,6 +157,18 @@ def test_the_bound_host_limit_is_a_label_of_each_namespace_and_goes_with_the_lim
     assert lifted["metadata"]["labels"] == {"team": "x", **unlimited["metadata"]["labels"]}
     raised = plan.desired_objects(tenant(childNamespaces=["a"], quota={"maxBoundHosts": 4}), [])[0]
     assert plan.updated_object(raised, current)["metadata"]["labels"][MAX_BOUND_HOSTS_LABEL] == "4"
+
+
+def test_a_namespace_of_a_tenant_with_a_blocking_bound_hook_is_born_needing_approval():
+    gate = {"name": "gate", "url": "http://127.0.0.1:9/", "blockingCall": True, "eventTypes": ["CLAIM_BOUND"]}
+    gated = plan.desired_objects(tenant(childNamespaces=["a"], hooks=[gate]), [])[0]
+    assert gated["metadata"]["annotations"] == {BINDING_APPROVALS_ANNOTATION: "{}"}
+    told = {**gate, "blockingCall": False}
+    assert "annotations" not in plan.desired_objects(tenant(childNamespaces=["a"], hooks=[told]), [])[0]["metadata"]
+    # The verdicts on an existing namespace are the hook step's: updating the namespace leaves them alone.
+    current = {"kind": "Namespace", "metadata": {"name": "blue-a", "labels": dict(gated["metadata"]["labels"])}}
+    current["metadata"]["annotations"] = {BINDING_APPROVALS_ANNOTATION: '{"u1":{"allowed":true}}'}
+    assert plan.updated_object(gated, current) is None
 
 
 def test_every_tenant_condition_reason_is_in_the_infra_guide():
