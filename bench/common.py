@@ -44,6 +44,8 @@ from metalclaim.devenv.env import infra_namespace_bindings, tenant_namespace_bin
 from tests.netfixtures import FaultProxy  # noqa: E402
 
 METAL3 = "metal3.io/v1alpha1"
+TENANCY = "tenancy.metalclaim.io/v1alpha1"
+TENANT_LABEL = "tenancy.metalclaim.io/tenant"
 GROUP, VERSION = "metal3.io", "v1alpha1"
 COLLECTIONS = REPO / ".collections"
 
@@ -132,6 +134,32 @@ def delete_namespaces(
         if not left:
             return
         time.sleep(0.5)
+
+
+def delete_tenants(admin, names: list[str], wait: float = 0.0) -> None:
+    """Delete the Tenants. With `wait`, their tenants side takes each apart (claims, namespaces, policies) and this
+    waits up to `wait` s for them to go; without (a scenario's cleanup, its controller stopped), their finalizers are
+    dropped and the namespaces they made deleted here."""
+    tenants = api(admin, "Tenant", TENANCY)
+    for name in names:
+        if not wait:
+            with contextlib.suppress(ApiException):
+                tenants.patch(
+                    body={"metadata": {"finalizers": None}}, name=name, content_type="application/merge-patch+json"
+                )
+        with contextlib.suppress(ApiException):
+            tenants.delete(name=name)
+    if not wait:
+        made = api(admin, "Namespace", "v1").get(label_selector=TENANT_LABEL).items
+        delete_namespaces(admin, [n.metadata.name for n in made if n.metadata.labels[TENANT_LABEL] in names], wait=0)
+        return
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        left = {t.metadata.name for t in tenants.get().items} & set(names)
+        if not left:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"{len(left)} Tenants still there after {wait:.0f}s")
 
 
 def _exists(admin, name: str) -> bool:

@@ -21,6 +21,9 @@ Scenarios (each with its own namespaces, deleted afterwards; one failing is repo
              each host's power delay (power-on asked -> first read showing On) taken out
   churn      claims created and deleted continuously against a fixed fleet: RSS, apiserver connections,
              artifacts, stuck claims, runs beyond the changes the bench made
+  tenants    the controller's tenants side: a Tenant applied -> Deployed, one at a time (--tenant-samples),
+             then --tenants applied at once (each: a child namespace, a host pool, a quota): all Deployed,
+             per-tenant latencies, runs; then all deleted -> gone
 
 A smoke run: --idle-claims 5 --storm-claims 50 --baseline-claims 10 --wave 4 --churn-seconds 20
 """
@@ -52,8 +55,9 @@ from common import REPO, ClaimWatch, Controller, Rack, Site, TimingProxy, distri
 from metalclaim.controller.cgroup import cpu_limit
 from metalclaim.devenv.env import Devenv, tenant_namespace_bindings
 from tests.netfixtures import FileServer
+from tests.tenancy import tenancy_rights
 
-SCENARIOS = ("floor", "idle", "storm", "resync", "baseline", "provision", "churn")
+SCENARIOS = ("floor", "idle", "storm", "resync", "baseline", "provision", "churn", "tenants")
 
 
 # -- progress on stderr -------------------------------------------------------------------------
@@ -787,6 +791,87 @@ class Bench:
             f"({again.get('wait', 0):.0f} waits: keys an event may wake)",
         )
 
+    def scenario_tenants(self, out: dict, stack: contextlib.ExitStack) -> None:
+        tag = datetime.datetime.now().strftime("%H%M%S")
+        pool = f"bench-tenants-pool-{tag}"
+        common.namespace(self.admin, pool)
+        stack.callback(common.delete_namespaces, self.admin, [pool])
+        stack.enter_context(tenancy_rights({"admin": self.admin}))  # the controller identity as a tenants side
+        tenants_api = common.api(self.admin, "Tenant", common.TENANCY)
+        names: list[str] = []
+        stack.callback(common.delete_tenants, self.admin, names)
+        controller = self.controller(
+            "tenants", [pool], "tenants", "--tenant-claim-side", "user:metalclaim-controller", identity="controller"
+        )
+        stack.callback(controller.stop)
+        controller.settle(quiet=1.0)
+
+        def body(name: str) -> dict:
+            spec = {"tenantName": name, "childNamespaces": ["work"], "hostPools": [{"namespace": pool}]}
+            spec["quota"] = {"maxHostClaims": 5}
+            return {"apiVersion": common.TENANCY, "kind": "Tenant", "metadata": {"name": name}, "spec": spec}
+
+        def deployed_at(wanted: list[str], timeout: float, label: str) -> dict[str, float]:
+            """name -> monotonic time its status first read Deployed (polled every 0.1 s)."""
+            seen: dict[str, float] = {}
+            self.progress.start(label, len(wanted))
+            deadline = time.monotonic() + timeout
+            while len(seen) < len(wanted) and time.monotonic() < deadline:
+                for item in tenants_api.get().to_dict()["items"]:
+                    name = item["metadata"]["name"]
+                    if name in wanted and name not in seen and (item.get("status") or {}).get("state") == "Deployed":
+                        seen[name] = time.monotonic()
+                self.progress.update(len(seen))
+                time.sleep(0.1)
+            self.progress.end()
+            return seen
+
+        samples = []
+        for index in range(self.args.tenant_samples):
+            name = f"bt{tag}s{index}"
+            names.append(name)
+            applied = time.monotonic()
+            tenants_api.create(body=body(name))
+            seen = deployed_at([name], 60, f"tenant {index + 1}/{self.args.tenant_samples}")
+            if name in seen:
+                samples.append(seen[name] - applied)
+            time.sleep(1.0)  # quiet between samples: each is a tenant alone
+        out["one_at_a_time"] = distribution(samples)
+        self.rows_for("tenants", "applied -> Deployed, alone", out["one_at_a_time"])
+
+        n = self.args.tenants
+        batch = [f"bt{tag}b{index:03d}" for index in range(n)]
+        names.extend(batch)
+        runs_before = controller.runs()
+        sent: dict[str, float] = {}
+
+        def create(name: str) -> None:
+            sent[name] = time.monotonic()
+            tenants_api.create(body=body(name))
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=self.args.threads) as workers:
+            list(workers.map(create, batch))
+        seen = deployed_at(batch, 120 + 3 * n, f"{n} tenants at once")
+        out["at_once"] = distribution([seen[name] - sent[name] for name in seen])
+        out["at_once_complete"] = len(seen) == n
+        out["at_once_wall"] = (max(seen.values()) - started) if seen else None
+        controller.settle(quiet=1.0)  # a run's count goes up when it ends, after its statuses were written
+        out["at_once_runs"] = controller.runs() - runs_before
+        self.rows_for("tenants", f"applied -> Deployed, {n} at once", out["at_once"])
+        self.row(
+            "tenants",
+            f"first apply -> all {n} Deployed",
+            round(out["at_once_wall"], 2) if seen else "incomplete",
+            note=f"{len(seen)}/{n} Deployed, {out['at_once_runs']:.0f} tenant.yml runs",
+        )
+
+        deleted = time.monotonic()
+        common.delete_tenants(self.admin, names, wait=120 + 3 * n)
+        out["delete_all"] = time.monotonic() - deleted
+        self.row("tenants", f"delete all {len(names)} -> gone", round(out["delete_all"], 2), note="namespaces removed")
+        names.clear()
+
     # -- the whole run -----------------------------------------------------------------------------
 
     def run(self) -> None:
@@ -1002,6 +1087,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--churn-rate", type=float, default=4.0, help="claims created (and deleted) per second")
     p.add_argument("--churn-hosts", type=int, default=40)
     p.add_argument("--quiet-tail", type=float, default=10.0, help="seconds watched for runs after churn settles")
+    p.add_argument("--tenant-samples", type=int, default=5, help="Tenants applied one at a time")
+    p.add_argument("--tenants", type=int, default=50, help="Tenants applied at once")
     return p
 
 
