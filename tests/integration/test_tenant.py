@@ -286,3 +286,41 @@ def test_a_tenant_at_its_bound_host_limit_waits_until_one_of_its_hosts_is_releas
     for child in ("a", "b"):
         labels = api(clients, "Namespace").get(name=f"{name}-{child}").to_dict()["metadata"]["labels"]
         assert "tenancy.metalclaim.io/max-bound-hosts" not in labels and labels[TENANT_LABEL] == name
+
+
+def test_a_host_pool_selector_narrows_the_tenants_claims_to_the_hosts_it_selects(
+    devenv, clients, tenants, rack, tmp_path
+):
+    """hostPools[].hostSelector: the pool is some of the namespace's hosts; lifting it gives the tenant all of them."""
+    name = tenants("p")
+    rack.host("gpu-1", labels={"pool": "gpu"})
+    rack.host("plain-1")
+    narrowed = [{"namespace": rack.namespace, "hostSelector": {"matchLabels": {"pool": "gpu"}}}]
+    onboard(
+        devenv,
+        tmp_path,
+        "narrowed",
+        tenant_definitions=[tenant_manifest(name, childNamespaces=["a"], hostPools=narrowed)],
+    )
+    namespace = f"{name}-a"
+    rack.claim("first", namespace=namespace, identity="admin")
+    rack.claim("second", namespace=namespace, identity="admin")
+    assert step("hostclaim_bind", devenv, tmp_path, rack)["bound"] == 1
+    assert rack.read_host("gpu-1")["spec"]["consumerRef"]["namespace"] == namespace
+    assert not rack.read_host("plain-1")["spec"].get("consumerRef")  # free, matching the claim, not in the pool
+    waiting = next(
+        claim_condition(rack.read_claim(c, namespace), "Association")
+        for c in ("first", "second")
+        if not rack.read_claim(c, namespace)["status"].get("hardwareData")
+    )
+    assert (waiting["status"], waiting["reason"]) == ("False", "NoBareMetalHost")
+
+    # The selector lifted: the namespace's annotation goes, and the waiting claim binds the other host.
+    whole = [{"namespace": rack.namespace}]
+    onboard(
+        devenv, tmp_path, "whole", tenant_definitions=[tenant_manifest(name, childNamespaces=["a"], hostPools=whole)]
+    )
+    annotations = api(clients, "Namespace").get(name=namespace).to_dict()["metadata"].get("annotations") or {}
+    assert "tenancy.metalclaim.io/host-pools" not in annotations
+    assert step("hostclaim_bind", devenv, tmp_path, rack)["bound"] == 2
+    assert rack.read_host("plain-1")["spec"]["consumerRef"]["namespace"] == namespace

@@ -29,7 +29,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     REBOOT_ANNOTATION,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
-    BINDING_APPROVALS_ANNOTATION,
+    BINDING_ANNOTATIONS,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (
     PROVISIONER_ANNOTATION,  # who provisions a host (ours, or Metal3's BMO): a host annotation or namespace label
@@ -225,15 +225,16 @@ def policy_changed(old: dict | None, new: dict | None, claims: list[dict]) -> Ke
 
 
 def namespace_changed(old: dict | None, new: dict | None, claims_in_namespace: list[dict]) -> Keys:
-    """Namespace labels feed policies (and a tenant's limit), its binding-approvals annotation the hooks' verdicts:
-    the namespace's baremetal claims are concerned when they change. A namespace appearing or going (in or out of
-    the namespace selector) concerns all its claims."""
+    """Namespace labels feed policies (and a tenant's limit), its tenancy annotations the hooks' verdicts and the
+    tenant's host pools: the namespace's baremetal claims are concerned when they change. A namespace appearing or
+    going (in or out of the namespace selector) concerns all its claims."""
     if bool(old) != bool(new):
         return Keys(sorted(key for key in map(claim_key, claims_in_namespace) if key is not None))
 
     def binding_inputs(namespace: dict | None):
         meta = _meta(namespace)
-        return meta.get("labels"), (meta.get("annotations") or {}).get(BINDING_APPROVALS_ANNOTATION)
+        annotations = meta.get("annotations") or {}
+        return meta.get("labels"), [annotations.get(name) for name in BINDING_ANNOTATIONS]
 
     if binding_inputs(old) == binding_inputs(new):
         return Keys(dropped=True)

@@ -20,6 +20,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     binding_verdict,
+    host_pool_selectors,
     max_bound_hosts,
     may_bind,
     tenant_of,
@@ -101,6 +102,35 @@ def failure_domain(host: dict) -> str | None:
     return next((labels[label] for label in FAILURE_DOMAIN_LABELS if labels.get(label)), None)
 
 
+def host_pools(namespace_annotations: dict | None) -> dict | None:
+    """The claim namespace's tenant host pools: {infra namespace: selector, or None for one that admits nothing}
+    (None: no pool narrows anything). Validated once per claim, not per host."""
+    pools = host_pool_selectors(namespace_annotations)
+    if pools is None:
+        return None
+    usable = {}
+    for namespace, selector in pools.items():
+        try:
+            validate(selector, f"host pool {namespace}")
+            usable[namespace] = selector
+        except SelectorError:
+            usable[namespace] = None  # the tenant step validates it: one that cannot be read admits nothing
+    return usable
+
+
+def in_host_pool(host: dict, pools: dict | None) -> bool:
+    """Whether host_pools let a claim bind the host: a pool's selector narrows its infra namespace; the infra
+    namespaces without one are not narrowed; "*" (an unreadable annotation) narrows all of them to nothing."""
+    if pools is None:
+        return True
+    if "*" in pools:
+        return False
+    namespace = key(host)[0]
+    if namespace not in pools:
+        return True
+    return pools[namespace] is not None and matches(pools[namespace], (host.get("metadata") or {}).get("labels"))
+
+
 def _spread(claim: dict, host: dict) -> str:
     # Each claim ranks equal candidates in its own pseudo-random order, so binders
     # working on different claims at the same time rarely reach for the same host.
@@ -137,7 +167,7 @@ def plan(
     """Decide for one claim, given every host the caller can see, the namespaces policies admit it to, the
     labels of the claim's namespace (its tenant: a host reserved for other tenants is never a candidate; its
     limit of bound hosts), how many hosts claims of that tenant hold now, and the namespace's annotations (the
-    verdicts of its tenant's blocking CLAIM_BOUND hooks)."""
+    verdicts of its tenant's blocking CLAIM_BOUND hooks, its host pools' selectors)."""
     spec = claim.get("spec") or {}
     status = claim.get("status") or {}
     if claim["metadata"].get("deletionTimestamp"):
@@ -187,6 +217,7 @@ def plan(
         return Plan(claim, "refuse", reason=reason, message=message, stale_status=stale)
 
     domain = spec.get("failureDomain")
+    pools = host_pools(namespace_annotations)
     eligible = [
         h
         for h in hosts
@@ -194,6 +225,7 @@ def plan(
         and matches(selector, (h.get("metadata") or {}).get("labels"))
         and why_not_free(h) is None
         and may_bind(h, namespace_labels)
+        and in_host_pool(h, pools)
     ]
     eligible.sort(
         key=lambda h: (

@@ -27,6 +27,11 @@ MAX_BOUND_HOSTS_LABEL = "tenancy.metalclaim.io/max-bound-hosts"
 # Present, it means a claim of the namespace binds only once allowed; an annotation (a JSON value), on the
 # namespace for the same reasons as the limit label.
 BINDING_APPROVALS_ANNOTATION = "tenancy.metalclaim.io/binding-approvals"
+# On each of a tenant's namespaces while one of its spec.hostPools has a hostSelector: {infra namespace: selector}
+# (JSON). A claim of the namespace binds, in those infra namespaces, only hosts the selector matches.
+HOST_POOLS_ANNOTATION = "tenancy.metalclaim.io/host-pools"
+# What the bind step reads of a namespace besides its labels (a change of either wakes its claims).
+BINDING_ANNOTATIONS = (BINDING_APPROVALS_ANNOTATION, HOST_POOLS_ANNOTATION)
 
 
 def reserved_for(host: dict) -> list[str]:
@@ -82,7 +87,27 @@ def binding_approvals(namespace_annotations: dict | None) -> dict | None:
 
 
 def binding_approvals_value(verdicts: dict) -> str:
-    return json.dumps(verdicts, sort_keys=True, separators=(",", ":"))
+    return annotation_value(verdicts)
+
+
+def annotation_value(value: dict) -> str:
+    """One spelling per value (sorted keys, no spaces): a value unchanged is an annotation unchanged."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def host_pool_selectors(namespace_annotations: dict | None) -> dict | None:
+    """{infra namespace: host selector} narrowing what the namespace's claims may bind there (None: nothing
+    narrowed). An unreadable value narrows every infra namespace to nothing: a pool misread must not become all."""
+    value = (namespace_annotations or {}).get(HOST_POOLS_ANNOTATION)
+    if value is None:
+        return None
+    try:
+        pools = json.loads(value)
+    except ValueError:
+        return {"*": None}
+    if not isinstance(pools, dict) or not all(isinstance(v, dict) for v in pools.values()):
+        return {"*": None}
+    return pools
 
 
 def binding_verdict(namespace_annotations: dict | None, claim_uid: str) -> tuple[bool, str] | None:

@@ -15,12 +15,20 @@ import copy
 import re
 from dataclasses import dataclass
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.selectors import (
+    SelectorError,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.selectors import (
+    validate as validate_selector,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     BINDING_APPROVALS_ANNOTATION,
+    HOST_POOLS_ANNOTATION,
     MAX_BOUND_HOSTS_LABEL,
     RESERVED_FOR_ANNOTATION,
     TENANT_LABEL,
+    annotation_value,
     reservation_value,
     reserved_for,
 )
@@ -170,11 +178,24 @@ def validate(tenant: dict, required_prefix: str = "") -> list[Problem]:
         elif child in seen:
             problems.append(Problem(field, INVALID_FIELD, f"{field}: {child!r} is listed twice"))
         seen.add(child)
-    pools = [pool.get("namespace") for pool in spec(tenant).get("hostPools") or []]
-    for index, pool in enumerate(pools):
-        if not isinstance(pool, str) or not DNS_LABEL.fullmatch(pool):
-            field = f"spec.hostPools[{index}].namespace"
-            problems.append(Problem(field, INVALID_FIELD, f"{field}: {pool!r} is not a namespace name"))
+    pools = set()
+    for index, pool in enumerate(spec(tenant).get("hostPools") or []):
+        namespace, field = pool.get("namespace"), f"spec.hostPools[{index}]"
+        if not isinstance(namespace, str) or not DNS_LABEL.fullmatch(namespace):
+            problems.append(
+                Problem(
+                    f"{field}.namespace", INVALID_FIELD, f"{field}.namespace: {namespace!r} is not a namespace name"
+                )
+            )
+        elif namespace in pools:
+            problems.append(
+                Problem(f"{field}.namespace", INVALID_FIELD, f"{field}.namespace: {namespace!r} is listed twice")
+            )
+        pools.add(namespace)
+        try:
+            validate_selector(pool.get("hostSelector"), f"{field}.hostSelector")
+        except SelectorError as error:
+            problems.append(Problem(f"{field}.hostSelector", INVALID_FIELD, str(error)))
     for index, (namespace, host) in enumerate(exclusive_hosts(tenant)):
         if not namespace or not host:
             field = f"spec.exclusiveHosts.hosts[{index}]"
@@ -203,15 +224,23 @@ def max_bound_hosts(tenant: dict) -> int | None:
     return (spec(tenant).get("quota") or {}).get("maxBoundHosts")
 
 
+def host_pool_selectors(tenant: dict) -> dict:
+    """{infra namespace: hostSelector} of the pools that narrow their namespace's hosts."""
+    return {p["namespace"]: p["hostSelector"] for p in spec(tenant).get("hostPools") or [] if p.get("hostSelector")}
+
+
 def _namespace(tenant: dict, namespace: str) -> dict:
     meta = _meta(tenant, namespace)
+    if host_pool_selectors(tenant):
+        # Where the bind step reads them (an HostDeployPolicy admits namespaces; it has no host selector).
+        meta.setdefault("annotations", {})[HOST_POOLS_ANNOTATION] = annotation_value(host_pool_selectors(tenant))
     if max_bound_hosts(tenant) is not None:
         # Where the bind step reads the limit (it counts the tenant's hosts from what it lists anyway).
         meta["labels"][MAX_BOUND_HOSTS_LABEL] = str(max_bound_hosts(tenant))
     if hooks.asks_before_binding(tenant):
         # Born needing approval: a claim made the moment the namespace exists cannot bind before the hooks are
         # asked. The verdicts are the hook step's to write (updated_object leaves annotations alone).
-        meta["annotations"] = {BINDING_APPROVALS_ANNOTATION: "{}"}
+        meta.setdefault("annotations", {})[BINDING_APPROVALS_ANNOTATION] = "{}"
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
@@ -388,8 +417,8 @@ def updated_object(desired: dict, current: dict) -> dict | None:
     """`current` brought to what `desired` says (labels added, owned fields set); None when it already is.
 
     Only the fields the tenant step owns are compared: labels it sets (others' labels stay; a namespace's limit
-    label goes with the limit), a RoleBinding's
-    roleRef and subjects, a quota's spec.hard, a policy's spec.
+    label goes with the limit), a namespace's host-pools annotation, a RoleBinding's roleRef and subjects, a
+    quota's spec.hard, a policy's spec.
     """
     updated = copy.deepcopy(current)
     meta = updated.setdefault("metadata", {})
@@ -399,6 +428,15 @@ def updated_object(desired: dict, current: dict) -> dict | None:
     labels.update(desired["metadata"].get("labels") or {})
     meta["labels"] = labels
     kind = desired["kind"]
+    if kind == "Namespace":
+        # The host pools' selectors are the spec's (the binding verdicts are the hook step's: left alone).
+        annotations = dict(meta.get("annotations") or {})
+        wanted = (desired["metadata"].get("annotations") or {}).get(HOST_POOLS_ANNOTATION)
+        if wanted is None:
+            annotations.pop(HOST_POOLS_ANNOTATION, None)
+        else:
+            annotations[HOST_POOLS_ANNOTATION] = wanted
+        meta["annotations"] = annotations
     if kind == "RoleBinding":
         updated["roleRef"] = desired["roleRef"]
         updated["subjects"] = desired["subjects"]
@@ -417,6 +455,7 @@ def _same(left: dict, right: dict) -> bool:
         meta = obj.get("metadata") or {}
         return {
             "labels": meta.get("labels") or {},
+            "host pools": (meta.get("annotations") or {}).get(HOST_POOLS_ANNOTATION),
             "roleRef": obj.get("roleRef"),
             "subjects": _normalized_subjects(obj.get("subjects")),
             "spec": _normalized_spec(obj.get("spec")),

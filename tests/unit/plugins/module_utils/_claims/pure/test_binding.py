@@ -222,6 +222,31 @@ def test_a_claim_of_a_namespace_with_blocking_bound_hooks_binds_only_once_allowe
     assert binding.plan(mine, [held], ["infrahost"], {}, 0, {annotation: "{}"}).action == "keep"
 
 
+def test_a_tenant_host_pool_selector_narrows_its_infra_namespace_only():
+    annotation = "tenancy.metalclaim.io/host-pools"
+    blue = host("h1", labels={**MEDIUM, "pool": "blue"})
+    plain = host("h2", labels=MEDIUM)
+    elsewhere = host("h3", namespace="other", labels=MEDIUM)
+    hosts = [blue, plain, elsewhere]
+
+    def candidates(value):
+        planned = binding.plan(claim(), hosts, ["infrahost", "other"], {}, 0, {annotation: value})
+        return sorted(names(planned.candidates)) if planned.action == "bind" else planned.reason
+
+    assert candidates(json.dumps({"infrahost": {"matchLabels": {"pool": "blue"}}})) == ["h1", "h3"]
+    expressions = {"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": ["blue"]}]}
+    assert candidates(json.dumps({"infrahost": expressions})) == ["h2", "h3"]
+    # A selector that cannot be read admits nothing in its namespace; an unreadable annotation nothing anywhere.
+    assert candidates(json.dumps({"infrahost": {"matchLabels": {"bad key!": "x"}}})) == ["h3"]
+    assert candidates("{not json") == binding.NO_HOST
+    assert candidates(json.dumps({"infrahost": "pool=blue"})) == binding.NO_HOST
+    assert sorted(names(binding.plan(claim(), hosts, ["infrahost", "other"], {}, 0, {}).candidates)) == [
+        "h1",
+        "h2",
+        "h3",
+    ]
+
+
 def test_hosts_held_counts_claims_of_every_namespace_of_the_tenant():
     from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import hosts_held
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     BINDING_APPROVALS_ANNOTATION,
+    HOST_POOLS_ANNOTATION,
     MAX_BOUND_HOSTS_LABEL,
     RESERVED_FOR_ANNOTATION,
     TENANT_LABEL,
@@ -169,6 +172,32 @@ def test_a_namespace_of_a_tenant_with_a_blocking_bound_hook_is_born_needing_appr
     current = {"kind": "Namespace", "metadata": {"name": "blue-a", "labels": dict(gated["metadata"]["labels"])}}
     current["metadata"]["annotations"] = {BINDING_APPROVALS_ANNOTATION: '{"u1":{"allowed":true}}'}
     assert plan.updated_object(gated, current) is None
+
+
+def test_host_pool_selectors_are_an_annotation_of_each_namespace_and_go_with_them():
+    selector = {"matchLabels": {"pool": "blue"}}
+    pools = [{"namespace": "infra", "hostSelector": selector}, {"namespace": "spare"}]
+    assert plan.validate(tenant(childNamespaces=["a"], hostPools=pools)) == []
+    (namespace,) = [
+        o for o in plan.desired_objects(tenant(childNamespaces=["a"], hostPools=pools), []) if o["kind"] == "Namespace"
+    ]
+    assert json.loads(namespace["metadata"]["annotations"][HOST_POOLS_ANNOTATION]) == {"infra": selector}
+    current = {"kind": "Namespace", "metadata": {"name": "blue-a", "labels": dict(namespace["metadata"]["labels"])}}
+    current["metadata"]["annotations"] = {"keep": "me"}
+    narrowed = plan.updated_object(namespace, current)
+    assert narrowed["metadata"]["annotations"] == {"keep": "me", **namespace["metadata"]["annotations"]}
+    assert plan.updated_object(namespace, narrowed) is None
+    unnarrowed = plan.desired_objects(tenant(childNamespaces=["a"], hostPools=[{"namespace": "infra"}]), [])[0]
+    assert plan.updated_object(unnarrowed, narrowed)["metadata"]["annotations"] == {"keep": "me"}
+
+
+def test_a_bad_host_pool_is_refused_naming_the_field():
+    bad = [{"namespace": "infra", "hostSelector": {"matchExpressions": [{"key": "pool", "operator": "In"}]}}]
+    (problem,) = plan.validate(tenant(hostPools=bad))
+    assert problem.field == "spec.hostPools[0].hostSelector" and "needs at least one value" in problem.message
+    twice = [{"namespace": "infra"}, {"namespace": "infra"}]
+    (problem,) = plan.validate(tenant(hostPools=twice))
+    assert problem.field == "spec.hostPools[1].namespace" and "listed twice" in problem.message
 
 
 def test_every_tenant_condition_reason_is_in_the_infra_guide():
