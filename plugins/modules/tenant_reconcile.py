@@ -122,9 +122,14 @@ tenants:
       type: list
       elements: dict
     requeue_after:
-      description: Seconds until a hook is due again (a blocking hook's backoff, the next retry of a delivery).
+      description: Seconds until a hook is due again (a blocking hook's backoff, the next retry of a delivery, a
+        refused binding asked about again).
       type: float
       returned: when a hook is due again later
+    binding_hooks_asked:
+      description: The blocking C(CLAIM_BOUND) hooks' answers this run, C({allowed, refused}) (claims asked about).
+      type: dict
+      returned: when a claim's binding was asked about
     deliveries:
       description: Each non-blocking delivery tried, C({hook, eventType, delivered, error}) (credentials redacted).
       type: list
