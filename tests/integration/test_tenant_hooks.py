@@ -408,6 +408,31 @@ def test_a_non_blocking_hook_never_delays_the_change_and_is_retried_with_backoff
     assert_never_leaked(json.dumps(tenant, default=str), json.dumps(result, default=str))
 
 
+def test_a_failing_hook_is_called_once_per_run_however_much_it_is_owed(devenv, clients, server, tenants):
+    """A hanging or failing hook costs one timeout per run: what else it is owed waits for its retry."""
+    name = tenants()
+    server.answers["/down"] = (503, b"maintenance", {})
+    hook = {"name": "down", "url": server.url("/down"), "eventTypes": ["CREATE", "UPDATE"]}
+    api(clients, "Tenant", TENANCY).create(body=manifest(name, [hook]))
+    reconcile(devenv, [name])
+    assert server.events("/down") == ["CREATE"]
+    wait_until_due(clients, name, "down")
+    api(clients, "Tenant", TENANCY).patch(
+        body={"spec": {"childNamespaces": ["work", "more"]}}, name=name, content_type="application/merge-patch+json"
+    )
+    reconcile(devenv, [name])  # CREATE due again and UPDATE new: one call, the CREATE's, fails
+    assert server.events("/down") == ["CREATE", "CREATE"]
+    created, updated = read_tenant(clients, name)["status"]["hooks"]["pending"]
+    assert (created["eventType"], created["attempts"]) == ("CREATE", 2)
+    assert (updated["eventType"], updated["attempts"]) == ("UPDATE", 0)  # not tried: not counted against it
+    assert updated["nextAttemptAt"] == created["nextAttemptAt"]
+    server.answers["/down"] = 200
+    wait_until_due(clients, name, "down")
+    reconcile(devenv, [name])
+    assert server.events("/down") == ["CREATE", "CREATE", "CREATE", "UPDATE"]
+    assert read_tenant(clients, name)["status"]["hooks"]["pending"] == []
+
+
 def test_claim_events_are_told_from_current_state(devenv, clients, server, tenants, rack, tmp_path):
     name = tenants()
     rack.host("h1", annotations={"bmc-password": "never-told"})

@@ -360,12 +360,21 @@ def _deliver_due(run: TenantRun, snapshot: Snapshot, tenant: dict, written: dict
         for claim in snapshot.claims_in(_namespaces_of(snapshot, tenant)):
             claims[(claim["metadata"]["namespace"], claim["metadata"]["name"])] = claim
     remaining, abandoned = [], []
+    # A hook that failed once this run is not called again in it: its other deliveries wait for its retry (attempts
+    # not counted), so a hanging hook costs one timeout per run, however much it is owed.
+    failed_until: dict[str, str] = {}
     for entry in pending:
         hook = by_name.get(entry["hook"])
         if hook is None or entry["eventType"] not in hook.event_types:
             continue  # the hook (or its subscription) was removed from the spec: nothing to tell it
         if not final and entry not in hook_plan.due(pending, now):
             remaining.append(entry)
+            continue
+        if hook.name in failed_until:
+            if final:
+                abandoned.append(f"hook {hook.name!r} {entry['eventType']} not tried: the hook failed just before")
+            else:
+                remaining.append({**entry, "nextAttemptAt": failed_until[hook.name]})
             continue
         claim = entry.get("claim")
         current = claims.get((claim["namespace"], claim["name"])) if claim else None
@@ -379,6 +388,7 @@ def _deliver_due(run: TenantRun, snapshot: Snapshot, tenant: dict, written: dict
             continue
         # The backoff counts from the failure (a hook may have used its whole timeout), not the run's start.
         retry = hook_plan.after_failure(entry, detail, hook_plan.parse_time(cond.now()))
+        failed_until[hook.name] = retry["nextAttemptAt"] if retry else run.timestamp
         if retry is None or final:
             tries = entry.get("attempts", 0) + 1
             abandoned.append(f"hook {hook.name!r} {entry['eventType']} given up after {tries} attempt(s): {detail}")
