@@ -1,5 +1,5 @@
 """The deploy ISO script (files/metalclaim-build-deploy-iso): what the ISO it builds holds, read back with
-xorriso, unsquashfs, zstd and cpio. Booting it on a VM is tests/integration/test_vms.py's part.
+xorriso, unsquashfs, zstd and cpio. Booting it on a VM is tests/e2e/test_vms.py's part.
 
 The first run builds the ISO (debootstrap and a kernel download: 2-3 minutes); later runs reuse the cache.
 """

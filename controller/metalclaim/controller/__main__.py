@@ -110,6 +110,13 @@ def parser() -> argparse.ArgumentParser:
         int,
     )
     add(
+        "--provision-callback-timeout",
+        "seconds a deploy or cleaning waits for the image writer's callback before it is a provisioning error "
+        "(retried after backoff); 0: the provision role's default (1800)",
+        0.0,
+        float,
+    )
+    add(
         "--watch-secrets",
         "watch Secrets' metadata in each namespace holding claims (false: tenant Secret edits are seen at resync)",
         "true",
@@ -166,6 +173,8 @@ def main(argv=None) -> int:
         parser().error(f"--runner-slots {args.runner_slots}: 0 (from the CPU limit) or more")
     if args.mode == "per-event" and args.standby:
         parser().error("--standby works in batch mode only (per-event is the baseline without it)")
+    if args.provision_callback_timeout < 0:
+        parser().error(f"--provision-callback-timeout {args.provision_callback_timeout}: seconds, 0 or more")
     if args.provision_max_concurrent < 0:
         parser().error(f"--provision-max-concurrent {args.provision_max_concurrent}: a count of hosts, 0 or more")
     if not 0 < args.standby_max_age < JOB_TIMEOUT / 2:
@@ -216,6 +225,7 @@ def main(argv=None) -> int:
         namespace_selector=args.namespace_selector,
         deploy_iso_url=args.deploy_iso_url,
         provision_max_concurrent=args.provision_max_concurrent,
+        provision_callback_timeout=args.provision_callback_timeout,
         media_dir=args.media_dir,
         media_url=args.media_url,
         watch_secrets=args.watch_secrets,

@@ -95,6 +95,21 @@ def check_prerequisites() -> None:
         raise DevenvError("cannot start VMs: no UEFI firmware descriptors (apt-get install ovmf)")
 
 
+def check_can_run() -> None:
+    """check_prerequisites, then QEMU itself started under TCG (no machine, quit at once): what CI asks before
+    `make e2e`. Raises DevenvError with the reason."""
+    check_prerequisites()
+    argv = ["qemu-system-x86_64", "-accel", "tcg", "-machine", "none", "-nodefaults", "-display", "none"]
+    try:
+        result = subprocess.run(
+            [*argv, "-monitor", "stdio"], input="quit\n", capture_output=True, text=True, timeout=30
+        )
+    except subprocess.TimeoutExpired as error:
+        raise DevenvError("cannot start VMs: QEMU (TCG) did not quit within 30 s") from error
+    if result.returncode != 0:
+        raise DevenvError(f"cannot start VMs: QEMU (TCG) does not start: {result.stderr.strip()[-500:]}")
+
+
 def ensure_libvirt_accounts() -> None:
     """libvirtd without libvirt-daemon-system refuses to start unless these exist (it runs QEMU as root here)."""
     for group in ("kvm", "libvirt-qemu"):
@@ -281,9 +296,7 @@ def start_vm_fleet(root: Path, count: int, username: str = "admin", progress=pri
         emulator = [sys.executable, "-m", "sushy_tools.emulator.main", "--config", str(config)]
         emulator += ["--interface", LOOPBACK, "--port", str(redfish_port)]
         pids["redfish"] = spawn(in_namespace(namespace, emulator), root / "redfish.log", env=env, cwd=root)
-        mediaserver = [sys.executable, "-m", "metalclaim.mediaserver", "--dir", str(root / "media")]
-        mediaserver += ["--listen", "0.0.0.0", "--port", str(media_port)]
-        pids["mediaserver"] = spawn(in_namespace(namespace, mediaserver), root / "mediaserver.log")
+        pids["mediaserver"] = start_media_server(root, namespace, media_port)
         images = [sys.executable, "-m", "http.server", "--bind", "0.0.0.0", "--directory", str(root / "images")]
         pids["images"] = spawn(in_namespace(namespace, [*images, str(images_port)]), root / "images.log")
         forward = [sys.executable, "-m", "metalclaim.devenv.netforward", "--netns", f"/proc/{namespace}/ns/net"]
@@ -314,6 +327,26 @@ def start_vm_fleet(root: Path, count: int, username: str = "admin", progress=pri
         images_url=f"http://{GUEST_GATEWAY}:{images_port}",
         log_dir=str(root),
     )
+
+
+def start_media_server(root: Path, namespace: int, port: int) -> int:
+    """The media server (config drives, callbacks) in the fleet's namespace, on `port`; its pid (a process group).
+
+    Also how a test brings it back after stopping it (a fault): the same port, so the media URL stays valid."""
+    mediaserver = [sys.executable, "-m", "metalclaim.mediaserver", "--dir", str(root / "media")]
+    mediaserver += ["--listen", "0.0.0.0", "--port", str(port)]
+    log_file = root / "mediaserver.log"
+    with log_file.open("a") as log:  # appended to across restarts
+        log.write(f"--- starting the media server on port {port}\n")
+    pid = spawn(in_namespace(namespace, mediaserver), log_file)
+    wait_until(lambda: _listening(namespace, port), "media server", 30, pid, log_file)
+    return pid
+
+
+def _listening(namespace: int, port: int) -> bool:
+    """Whether something listens on `port` in the namespace (ss, from iproute2, which the fleet needs anyway)."""
+    argv = in_namespace(namespace, ["ss", "--listening", "--tcp", "--numeric", "--no-header", f"sport = :{port}"])
+    return bool(subprocess.run(argv, capture_output=True, text=True).stdout.strip())
 
 
 def qemu_pids(root: Path) -> list[int]:

@@ -17,10 +17,20 @@ def test_a_provision_batch_names_its_hosts_and_passes_only_the_options_set():
     assert extravars == {
         "hostclaim_provision_hosts": [{"namespace": "infra", "name": "h1"}, {"namespace": "infra", "name": "h2"}]
     }
-    settings = Settings(provision_max_concurrent=3, deploy_iso_url="http://127.0.0.1:1/deploy.iso")
+    settings = Settings(
+        provision_max_concurrent=3, deploy_iso_url="http://127.0.0.1:1/deploy.iso", provision_callback_timeout=90
+    )
     extravars = Controller(settings, api_client=None)._extravars("host", HOSTS)[1]
     assert extravars["hostclaim_provision_max_concurrent"] == 3
     assert extravars["hostclaim_provision_deploy_iso_url"] == "http://127.0.0.1:1/deploy.iso"
+    assert extravars["hostclaim_provision_callback_timeout"] == 90
+
+
+def test_a_negative_callback_timeout_is_a_flag_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--provision-callback-timeout", "-5"])
+    assert exit_.value.code == 2
+    assert "--provision-callback-timeout -5.0" in capsys.readouterr().err
 
 
 def test_a_negative_provision_limit_is_a_flag_error(capsys):

@@ -12,69 +12,30 @@ Each phase's duration is printed on stderr and written to <devenv>/vm-phases.jso
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from kubernetes import config as kube_config
-from kubernetes.dynamic import DynamicClient
 
-from metalclaim.devenv.env import role_binding
-from metalclaim.devenv.images import build_deploy_iso, build_disk_image, file_sha256
-from tests.configdrive_reader import read_config_drive, volume_id
 from tests.site import TENANT, Site, settle
 from tests.support import eventually
-from tests.vmenv import vm_environment
-
-HOST = "vm-0"
-DISK_MARKER = "metalclaim-tenant-disk-marker-5d1e"
-MIB = 1024 * 1024
-# Serial console lines of the deploy system, in the order they come (files/metalclaim-build-deploy-iso's init
-# and files/metalclaim-image-writer).
-DEPLOY_MILESTONES = (
-    ("firmware boots the deploy ISO", 'starting Boot0001 "UEFI QEMU DVD-ROM'),
-    ("deploy ISO booted (init running)", "metalclaim-deploy: "),
-    ("image writer started", "metalclaim-image-writer: start"),
-    ("image written", "metalclaim-image-writer: config-drive"),
-    ("callback sent", "metalclaim-image-writer: callback: success reported"),
+from tests.vmenv import (
+    CALLBACK_TIMEOUT,
+    CLEANED_MILESTONE,
+    DEPLOY_MILESTONES,
+    DISK_MARKER,
+    MIB,
+    SerialWatch,
+    check_disk_holds_the_image_and_config_drive,
+    partition_table,
+    publish_images,
+    read_at,
+    signatures,
+    vm_environment,
+    vm_site,
 )
 
-
-class SerialWatch:
-    """When each milestone first shows on the serial console after `start` (a thread polls the log)."""
-
-    def __init__(self, log: Path, milestones: tuple[tuple[str, str], ...]):
-        self.log, self.milestones = log, milestones
-        self.offset = log.stat().st_size if log.exists() else 0
-        self.seen: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self._stop.is_set() and len(self.seen) < len(self.milestones):
-            text = self.text()
-            for name, needle in self.milestones:
-                if name not in self.seen and needle in text:
-                    self.seen[name] = time.monotonic()
-            self._stop.wait(0.25)
-
-    def text(self) -> str:
-        if not self.log.exists():
-            return ""
-        with self.log.open("rb") as handle:
-            handle.seek(self.offset)
-            return handle.read().decode(errors="replace")
-
-    def stop(self) -> dict[str, float]:
-        self._stop.set()
-        self._thread.join()
-        return self.seen
+HOST = "vm-0"
 
 
 @pytest.fixture(scope="module")
@@ -85,56 +46,21 @@ def vm_env(tmp_path_factory, pytestconfig):
 @pytest.fixture(scope="module")
 def media(vm_env) -> dict:
     """The deploy ISO and the tenant image on the devenv's image server; bmh_redfish's media options."""
-    started = time.monotonic()
-    deploy_iso = Path(build_deploy_iso()["iso"])  # cold: ~160 s, once per machine (cached)
-    images_dir, images_url = Path(vm_env.state["vms"]["images_dir"]), vm_env.state["vms"]["images_url"]
-    link_or_copy(deploy_iso, images_dir / "deploy.iso")
-    image = build_disk_image(DISK_MARKER)
-    link_or_copy(image, images_dir / "tenant.qcow2")
-    vm_env.state["phases"].record("deploy ISO and tenant image ready", started)
+    images = publish_images(vm_env)
     return {
+        **images,
         "options": {
-            "deploy_iso_url": f"{images_url}/deploy.iso",
+            "deploy_iso_url": images["deploy_iso_url"],
             "media_dir": vm_env.state["vms"]["media_dir"],
             "media_url": vm_env.state["vms"]["media_url"],
-            "callback_timeout": 240,  # TCG: deploy ISO boot ~30 s, the write a few seconds; room for a busy machine
+            "callback_timeout": CALLBACK_TIMEOUT,
         },
-        "image": {
-            "url": f"{images_url}/tenant.qcow2",
-            "format": "qcow2",
-            "checksum": file_sha256(image),
-            "checksumType": "sha256",
-        },
-        "raw": qcow2_to_raw(image, vm_env.directory / "tenant.raw"),
     }
 
 
 @pytest.fixture(scope="module")
 def site(vm_env, tmp_path_factory):
-    clients = {
-        identity: DynamicClient(kube_config.new_client_from_config(config_file=vm_env.kubeconfig(identity)))
-        for identity in vm_env.state["kubeconfigs"]
-    }
-    site = Site(vm_env, clients, tmp_path_factory.mktemp("vm-disk-site"))
-    vm_env.apply("admin", [role_binding("infra", site.namespace, "metalclaim-infra", "infra")])
-    yield site
-    site.cleanup()
-
-
-def link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:  # another filesystem
-        shutil.copyfile(source, target)
-
-
-def qemu_img(*args: str) -> str:
-    return subprocess.run(["qemu-img", *args], capture_output=True, text=True, check=True).stdout
-
-
-def qcow2_to_raw(image: Path, target: Path) -> Path:
-    qemu_img("convert", "-f", "qcow2", "-O", "raw", str(image), str(target))
-    return target
+    yield from vm_site(vm_env, tmp_path_factory, "vm-disk-site")
 
 
 def vm(vm_env) -> dict:
@@ -147,22 +73,6 @@ def serial_log(vm_env) -> Path:
 
 def disk(vm_env) -> Path:
     return Path(vm(vm_env)["disk"])
-
-
-def partition_table(path: Path) -> dict | None:
-    result = subprocess.run(["sfdisk", "--json", str(path)], capture_output=True, text=True)
-    return json.loads(result.stdout)["partitiontable"] if result.returncode == 0 else None
-
-
-def signatures(path: Path) -> str:
-    """wipefs' list of partition-table and filesystem signatures on the disk file (empty: none)."""
-    return subprocess.run(["wipefs", "--no-act", str(path)], capture_output=True, text=True, check=True).stdout
-
-
-def read_at(path: Path, offset: int, length: int) -> bytes:
-    with path.open("rb") as handle:
-        handle.seek(offset)
-        return handle.read(length)
 
 
 def user_data_secret(site: Site, name: str, user_data: str) -> None:
@@ -289,32 +199,13 @@ def test_a_wrong_checksum_fails_cleanly_then_the_fixed_claim_boots_its_disk_imag
     # power-off timeout: the image's GRUB ignores ACPI, so the provisioner forces the power off after it.
     off = lambda: powered_off(site) and not site.read(HOST)["status"]["poweredOn"]  # noqa: E731
     drive(site, {**options, "power_off_timeout": 3}, off, "powered off", wait=5)
-    check_disk_holds_the_image_and_config_drive(vm_env, media, user_data)
+    check_disk_holds_the_image_and_config_drive(disk(vm_env), media["raw"], user_data)
     vm_env.state["phases"].record("deploy: powered off, disk file read back", started)
-
-
-def check_disk_holds_the_image_and_config_drive(vm_env, media, user_data: str) -> None:
-    written, image = disk(vm_env), media["raw"]
-    table = partition_table(written)
-    assert table is not None and table["label"] == "gpt", table
-    (esp, config), image_table = table["partitions"], partition_table(image)
-    (image_esp,) = image_table["partitions"]
-    assert (esp["start"], esp["size"], esp["type"]) == (image_esp["start"], image_esp["size"], image_esp["type"])
-    # The image's ESP (the GRUB EFI binary that printed the marker) byte for byte.
-    esp_bytes = esp["start"] * 512, esp["size"] * 512
-    assert read_at(written, *esp_bytes) == read_at(image, *esp_bytes)
-    # The last partition: the tenant's cidata config drive, its user-data the Secret's.
-    assert config["start"] + config["size"] <= os.path.getsize(written) // 512 - 33  # before the backup GPT
-    iso = read_at(written, config["start"] * 512, config["size"] * 512)
-    assert volume_id(iso) == "cidata"
-    files = read_config_drive(iso)
-    assert files["user-data"] == user_data.encode()
-    assert b"instance-id" in files["meta-data"]
 
 
 def test_deprovisioning_cleans_the_disk_and_a_second_tenant_provisions(vm_env, site, media):
     options = media["options"]
-    serial = SerialWatch(serial_log(vm_env), (("cleaned", "metalclaim-image-writer: done: metadata cleaned"),))
+    serial = SerialWatch(serial_log(vm_env), (CLEANED_MILESTONE,))
     started = time.monotonic()
     site.api("HostClaim", identity="tenant-a").delete(name="disk", namespace=TENANT)
     drive(
@@ -342,4 +233,4 @@ def test_deprovisioning_cleans_the_disk_and_a_second_tenant_provisions(vm_env, s
     seen = serial.stop()
     vm_env.state["phases"].record("second provisioning: marker from the disk", started, seen.get("marker"))
     # Read while the VM runs: the image's GRUB only prints and waits, nothing writes to the disk.
-    check_disk_holds_the_image_and_config_drive(vm_env, media, user_data)
+    check_disk_holds_the_image_and_config_drive(disk(vm_env), media["raw"], user_data)

@@ -13,15 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
-from kubernetes import config as kube_config
-from kubernetes.dynamic import DynamicClient
 
 from metalclaim.devenv import vms
-from metalclaim.devenv.env import role_binding
 from metalclaim.devenv.images import build_marker_iso
-from tests.site import Site, settle
+from tests.site import settle
 from tests.support import eventually
-from tests.vmenv import vm_environment
+from tests.vmenv import vm_environment, vm_site
 
 HOST = "vm-0"
 LIVE_ISO_MARKER = "metalclaim-live-iso-marker-7f3c"
@@ -34,14 +31,7 @@ def vm_env(tmp_path_factory, pytestconfig):
 
 @pytest.fixture(scope="module")
 def site(vm_env, tmp_path_factory):
-    clients = {
-        identity: DynamicClient(kube_config.new_client_from_config(config_file=vm_env.kubeconfig(identity)))
-        for identity in vm_env.state["kubeconfigs"]
-    }
-    site = Site(vm_env, clients, tmp_path_factory.mktemp("vm-site"))
-    vm_env.apply("admin", [role_binding("infra", site.namespace, "metalclaim-infra", "infra")])  # the infra team's
-    yield site
-    site.cleanup()
+    yield from vm_site(vm_env, tmp_path_factory, "vm-site")
 
 
 def vm(vm_env) -> dict:
