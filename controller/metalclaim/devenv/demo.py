@@ -13,6 +13,13 @@ controllers log to <dir>/demo/ and are stopped (SIGTERM) at the end or on Ctrl-C
 
 No deploy ISO is configured: the emulated servers boot nothing, so no image writer would ever call back.
 A live ISO needs none; a released host's `Cleaned` condition says `CleaningUnsupported` instead of waiting.
+
+    python -m metalclaim.devenv.demo --dir .devenv --vms 1        (make demo-vm; root, libvirtd and QEMU)
+
+The same guide on real VMs (metalclaim.devenv.vms): the provisioner side gets the deploy ISO (built once from
+Debian packages, cached) and the devenv's media server; the tenant sets a disk image built here (its checksum,
+the guide's userData) instead of a live ISO; once Provisioned, the VM's serial console is shown as it boots
+the image from its disk; the claim's deletion cleans the disk (metadata) before the host is available again.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from pathlib import Path
 
 import pycdlib
 
-from . import REPO_ROOT
+from . import REPO_ROOT, images
 from .env import INFRA_NAMESPACE, TENANT_NAMESPACES, Devenv
 from .processes import DevenvError, free_port
 
@@ -48,7 +55,9 @@ TENANT = "tenant-a"
 CLAIM = "my-hostclaim"
 # side of the controller -> the devenv identity it runs as (each side's least-privilege ClusterRole)
 SIDES = {"claims": "controller", "provisioner": "provisioner"}
-WAIT = 300  # seconds: a step that takes longer is stuck (each takes seconds on the emulator)
+WAIT = 300  # seconds: a step that takes longer is stuck (each takes seconds on the emulator; a VM deploy ~1 min)
+VM_DISK_MARKER = "metalclaim demo: this VM booted the tenant's disk image"
+SERIAL_LINES = 25  # the end of the provisioned VM's serial console shown
 
 
 def guide_block(kind: str) -> str:
@@ -95,7 +104,9 @@ class Controller:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
 
-def start_controllers(env: Devenv, directory: Path, controllers: list[Controller]) -> None:
+def start_controllers(
+    env: Devenv, directory: Path, controllers: list[Controller], provisioner_options: tuple[str, ...] = ()
+) -> None:
     """Start each side into `controllers` (the caller stops them, also when this fails half-way); wait until ready."""
     missing = [identity for identity in SIDES.values() if identity not in env.state["kubeconfigs"]]
     if missing:
@@ -115,6 +126,7 @@ def start_controllers(env: Devenv, directory: Path, controllers: list[Controller
             "--private-data-dir", str(directory / side),
             "--health-probe-bind-address", health,
             "--metrics-bind-address", metrics,
+            *(provisioner_options if side == "provisioner" else ()),
         ]  # fmt: skip
         print(f"[{identity}] $ metalclaim-controller {' '.join(argv[3:])}")
         with log.open("w") as out:
@@ -298,7 +310,52 @@ class _QuietFiles(http.server.SimpleHTTPRequestHandler):
 # -- the scenario --------------------------------------------------------------------------------
 
 
-def play(env: Devenv, iso_url: str, timings: dict[str, float]) -> None:
+def vm_media(env: Devenv) -> tuple[dict, tuple[str, ...]]:
+    """The tenant's disk image and the provisioner's deploy ISO on the VM fleet's image server: the claim's image
+    and the provisioner side's options (the deploy ISO, the media server)."""
+    vms_state = env.state["vms"]
+    images_dir, images_url = Path(vms_state["images_dir"]), vms_state["images_url"]
+    deploy_iso = Path(images.build_deploy_iso()["iso"])  # cold: a few minutes, once per machine (cached)
+    disk_image = images.build_disk_image(VM_DISK_MARKER)
+    for source, name in ((deploy_iso, "deploy.iso"), (disk_image, "demo-disk.qcow2")):
+        if not (images_dir / name).exists():
+            (images_dir / name).symlink_to(source)  # the image server follows links
+    image = {
+        "url": f"{images_url}/demo-disk.qcow2",
+        "format": "qcow2",
+        "checksum": images.file_sha256(disk_image),
+        "checksumType": "sha256",
+    }
+    options = ("--deploy-iso-url", f"{images_url}/deploy.iso", "--media-dir", vms_state["media_dir"])
+    return image, (*options, "--media-url", vms_state["media_url"])
+
+
+def show_serial_console(env: Devenv, host: str, offset: int) -> None:
+    """The provisioned VM's serial console since the deploy began, once the image's marker shows (or WAIT)."""
+    index = int(host.rsplit("-", 1)[1])
+    log = Path(env.state["vms"]["systems"][index]["serial_log"])
+    deadline = time.monotonic() + WAIT
+    text = ""
+    while VM_DISK_MARKER not in text and time.monotonic() < deadline:
+        time.sleep(1)
+        with log.open("rb") as handle:
+            handle.seek(offset)
+            text = handle.read().decode(errors="replace")
+    lines = [line.rstrip() for line in re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).splitlines() if line.strip()]
+    print(f"[infra] $ tail -n {SERIAL_LINES} {log}")
+    print("\n".join(lines[-SERIAL_LINES:]), flush=True)
+    if VM_DISK_MARKER not in text:
+        raise DevenvError(f"the VM did not print the disk image's marker within {WAIT} s (serial log {log})")
+
+
+def serial_sizes(env: Devenv) -> list[int]:
+    return [
+        Path(s["serial_log"]).stat().st_size if Path(s["serial_log"]).exists() else 0
+        for s in env.state["vms"]["systems"]
+    ]
+
+
+def play(env: Devenv, image: dict, timings: dict[str, float]) -> None:
     tenant_ns = TENANT_NAMESPACES[TENANT]
     claims = ("hostclaims", "-n", tenant_ns, f"--field-selector=metadata.name={CLAIM}")
     hosts = ("baremetalhosts", "-n", INFRA_NAMESPACE)
@@ -314,14 +371,13 @@ def play(env: Devenv, iso_url: str, timings: dict[str, float]) -> None:
 
     step("The provisioner registers and inspects the fleet (the infra team watches)")
     started = time.monotonic()
+    fleet_size = env.vm_count or env.state["fleet_size"]
     Watch(env, "infra", *hosts).until(
-        lambda found: (
-            len(found) >= env.state["fleet_size"] and all(host_state(h) == "available" for h in found.values())
-        ),
+        lambda found: len(found) >= fleet_size and all(host_state(h) == "available" for h in found.values()),
         describe_hosts,
         started,
     )
-    timed(f"fleet registered and inspected ({env.state['fleet_size']} hosts)", started)
+    timed(f"fleet registered and inspected ({fleet_size} hosts)", started)
     kubectl(env, "infra", "get", "hardwaredata", "-n", INFRA_NAMESPACE)
 
     step("The infra team applies the guide's HostDeployPolicy")
@@ -350,8 +406,16 @@ def play(env: Devenv, iso_url: str, timings: dict[str, float]) -> None:
         "-o", "custom-columns=NAME:.metadata.name,TYPE:.type",
     )  # fmt: skip
 
-    step("The tenant boots a live ISO: online: true (the guide's provisioning step; its qcow2 URL is not reachable)")
-    patch = json.dumps({"spec": {"online": True, "image": {"url": iso_url, "format": "live-iso"}}})
+    on_vms = "vms" in env.state
+    if on_vms:
+        step("The tenant deploys a disk image: online: true, the image built here and its checksum (the guide's")
+        print("   qcow2 URL is not reachable from here; the deploy ISO writes the image and the userData config drive)")
+        offsets = serial_sizes(env)
+    else:
+        step(
+            "The tenant boots a live ISO: online: true (the guide's provisioning step; its qcow2 URL is not reachable)"
+        )
+    patch = json.dumps({"spec": {"online": True, "image": image}})
     started = time.monotonic()
     kubectl(env, TENANT, "patch", "hostclaim", CLAIM, "-n", tenant_ns, "--type=merge", "-p", patch)
     found = Watch(env, TENANT, *claims).until(
@@ -359,9 +423,13 @@ def play(env: Devenv, iso_url: str, timings: dict[str, float]) -> None:
         describe_claim,
         started,
     )
-    timed("online + live ISO -> Provisioned, powered on", started)
+    timed(f"online + {'disk image' if on_vms else 'live ISO'} -> Provisioned, powered on", started)
     print_conditions(found[CLAIM])
     kubectl(env, "infra", "get", "baremetalhost", host, "-n", INFRA_NAMESPACE)
+    if on_vms:
+        step(f"The VM behind {host} boots its disk: its serial console (the infra team's view)")
+        show_serial_console(env, host, offsets[int(host.rsplit("-", 1)[1])])
+        timed("online + disk image -> the image's marker on the serial console", started)
 
     step("The tenant deletes its claim; the infra team watches the host released")
     started = time.monotonic()
@@ -402,24 +470,35 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--dir", type=Path, default=Path(".devenv"))
     parser.add_argument("--hosts", type=int, default=4)
+    parser.add_argument("--vms", type=int, default=0, help="real VMs instead of emulated servers (root)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     controllers: list[Controller] = []
     timings: dict[str, float] = {}
     try:
-        step(f"Local environment with {args.hosts} emulated Redfish servers")
+        fleet = f"{args.vms} VMs (libvirt, QEMU)" if args.vms else f"{args.hosts} emulated Redfish servers"
+        step(f"Local environment with {fleet}")
         started = time.monotonic()
-        env = Devenv.up(args.dir, args.hosts)
+        env = Devenv.up(args.dir, 0 if args.vms else args.hosts, vm_count=args.vms)
         timings["environment up (control plane, Redfish fleet, hosts registered)"] = time.monotonic() - started
         kubectl(env, "infra", "get", "baremetalhosts", "-n", INFRA_NAMESPACE, "--show-labels")
+        image, provisioner_options = {}, ()
+        if args.vms:
+            step("The deploy ISO (files/metalclaim-build-deploy-iso, cached) and a tenant disk image built here")
+            started = time.monotonic()
+            image, provisioner_options = vm_media(env)
+            timings["deploy ISO and disk image ready"] = time.monotonic() - started
 
         step("The controller: the claim side as `controller`, the Redfish provisioner as `provisioner`")
         started = time.monotonic()
-        start_controllers(env, env.directory / "demo", controllers)
+        start_controllers(env, env.directory / "demo", controllers, provisioner_options)
         timings["controllers started and synced"] = time.monotonic() - started
 
-        with LiveIso() as iso_url:
-            play(env, iso_url, timings)
+        if args.vms:
+            play(env, image, timings)
+        else:
+            with LiveIso() as iso_url:
+                play(env, {"url": iso_url, "format": "live-iso"}, timings)
         print_timings(timings)
         print(
             f"\nThe environment keeps running: kubeconfigs are in {env.directory / 'kubeconfig'}, the controllers'"
