@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,9 @@ DEPLOY_MILESTONES = (
 CLEANED_MILESTONE = ("cleaned", "metalclaim-image-writer: done: metadata cleaned")
 # TCG: the deploy ISO boots in ~30 s, the write takes a few seconds; room for a busy machine and VMs at once.
 CALLBACK_TIMEOUT = 240
+# A request line of the emulator's access log (werkzeug's): "GET /redfish/v1/Systems/<uuid> HTTP/1.1".
+REDFISH_REQUEST = re.compile(r'"[A-Z]+ (/redfish/\S*) HTTP/')
+SHARED = "shared"
 
 
 class Phases:
@@ -53,6 +57,42 @@ class Phases:
         with self.capture.global_and_fixture_disabled():
             print(f"\n[vm-phase] {name}: {self.seconds[name]}s", file=sys.stderr, flush=True)
         self.path.write_text(json.dumps(self.seconds, indent=2) + "\n")
+
+    def requests(self, name: str, counts: dict[str, int]) -> None:
+        """A phase's Redfish requests per VM, shown and kept in <devenv>/vm-redfish.json beside the timings."""
+        shown = ", ".join(f"{owner} {count}" for owner, count in counts.items())
+        with self.capture.global_and_fixture_disabled():
+            print(f"\n[vm-redfish] {name}: {shown}", file=sys.stderr, flush=True)
+        path = self.path.with_name("vm-redfish.json")
+        recorded = json.loads(path.read_text()) if path.exists() else {}
+        path.write_text(json.dumps({**recorded, name: counts}, indent=2) + "\n")
+
+
+def redfish_requests(log_text: str, systems: list[dict]) -> dict[str, int]:
+    """Requests in the emulator's access log text per VM (the paths naming its system, its virtual media), and
+    SHARED: the service root and sessions, which every host's client opens and whose path does not say whose."""
+    owner_of = {system["uuid"]: system["name"] for system in systems}
+    counts = dict.fromkeys([*owner_of.values(), SHARED], 0)
+    for path in REDFISH_REQUEST.findall(log_text):
+        owner = next((name for uuid, name in owner_of.items() if uuid in path), SHARED)
+        counts[owner] += 1
+    return counts
+
+
+class RedfishRequests:
+    """The Redfish cost of each phase: requests to the emulator since the previous take(), per VM."""
+
+    def __init__(self, env):
+        self.log = Path(env.state["redfish"]["log"])
+        self.systems = env.state["redfish"]["systems"]
+        self.offset = self.log.stat().st_size if self.log.exists() else 0
+
+    def take(self) -> dict[str, int]:
+        with self.log.open("rb") as handle:
+            handle.seek(self.offset)
+            text = handle.read().decode("utf-8", errors="replace")
+            self.offset = handle.tell()
+        return redfish_requests(text, self.systems)
 
 
 def vm_environment(tmp_path_factory, pytestconfig, name: str, count: int = 1, register: bool = False):

@@ -7,7 +7,8 @@ team (BMC Secrets, BareMetalHosts with metadata cleaning, the guide's HostDeploy
 tenant (`tenant-a`: a userData Secret and a HostClaim in `cluster-ns`, then its deletion); nobody runs a playbook.
 
 METALCLAIM_E2E_VMS=N (default 1) runs the same flow on N VMs at once: N claims, each bound to its own VM.
-Each phase's duration is printed on stderr (per VM when N > 1) and written to <devenv>/vm-phases.json.
+Each phase's duration is printed on stderr (per VM when N > 1) and written to <devenv>/vm-phases.json; each test's
+Redfish requests per VM to <devenv>/vm-redfish.json.
 If the VM environment cannot start, every test fails with the reason: never a skip.
 """
 
@@ -31,6 +32,7 @@ from tests.vmenv import (
     CLEANED_MILESTONE,
     DEPLOY_MILESTONES,
     DISK_MARKER,
+    RedfishRequests,
     SerialWatch,
     check_disk_holds_the_image_and_config_drive,
     partition_table,
@@ -72,6 +74,14 @@ def api(env):
     return lambda kind, identity, api_version=METAL3: clients[identity].resources.get(
         api_version=api_version, kind=kind
     )
+
+
+@pytest.fixture(autouse=True)
+def redfish_cost(env, request):
+    """Each test is a phase: its Redfish requests per VM are printed and kept in <devenv>/vm-redfish.json."""
+    counter = RedfishRequests(env)
+    yield
+    env.state["phases"].requests(request.node.name.removeprefix("test_").replace("_", " "), counter.take())
 
 
 class Controller:

@@ -31,3 +31,21 @@ def test_domains_use_tcg_unless_kvm_is_asked_for_and_log_the_serial_console(tmp_
     assert devices.find("rng").get("model") == "virtio"  # or the deploy system stalls on entropy
     assert {d.get("device") for d in devices.findall("disk")} == {"disk", "cdrom"}
     assert ET.fromstring(vms.domain_xml(system, True)).get("type") == "kvm"
+
+
+def test_redfish_requests_are_counted_per_vm_from_the_emulator_access_log():
+    from tests.vmenv import SHARED, redfish_requests
+
+    systems = [{"name": "mc-vm-00", "uuid": "u-0"}, {"name": "mc-vm-01", "uuid": "u-1"}]
+    log = "\n".join(
+        [
+            '127.0.0.1 - - [24/Nov/2026 05:00:00] "GET /redfish/v1/ HTTP/1.1" 200 -',
+            '127.0.0.1 - - [24/Nov/2026 05:00:00] "POST /redfish/v1/SessionService/Sessions HTTP/1.1" 201 -',
+            '127.0.0.1 - - [24/Nov/2026 05:00:00] "GET /redfish/v1/Systems/u-0 HTTP/1.1" 200 -',
+            '127.0.0.1 - - [24/Nov/2026 05:00:01] "POST /redfish/v1/Systems/u-0/VirtualMedia/Cd HTTP/1.1" 204 -',
+            '127.0.0.1 - - [24/Nov/2026 05:00:01] "PATCH /redfish/v1/Systems/u-1 HTTP/1.1" 204 -',
+            "some other emulator log line, not a request",
+        ]
+    )
+    assert redfish_requests(log, systems) == {"mc-vm-00": 2, "mc-vm-01": 1, SHARED: 2}
+    assert redfish_requests("", systems) == {"mc-vm-00": 0, "mc-vm-01": 0, SHARED: 0}
