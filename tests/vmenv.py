@@ -199,11 +199,14 @@ class SerialWatch:
 
     def _poll(self) -> None:
         while not self._stop.is_set() and len(self.seen) < len(self.milestones):
-            text = self.text()
-            for name, needle in self.milestones:
-                if name not in self.seen and needle in text:
-                    self.seen[name] = time.monotonic()
+            self._scan()
             self._stop.wait(0.25)
+
+    def _scan(self) -> None:
+        text = self.text()
+        for name, needle in self.milestones:
+            if name not in self.seen and needle in text:
+                self.seen[name] = time.monotonic()
 
     def text(self) -> str:
         if not self.log.exists():
@@ -213,8 +216,10 @@ class SerialWatch:
             return handle.read().decode(errors="replace")
 
     def stop(self) -> dict[str, float]:
+        """The milestones seen, with a last look: a caller that just saw one in text() finds it here too."""
         self._stop.set()
         self._thread.join()
+        self._scan()
         return self.seen
 
 
