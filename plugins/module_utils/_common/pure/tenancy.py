@@ -73,21 +73,16 @@ def hosts_held(tenant: str, consumers: list[dict], labels_of: dict) -> int:
     )
 
 
-def binding_approvals(namespace_annotations: dict | None) -> dict | None:
-    """The verdicts by claim uid (None: the namespace's claims need no approval). An unreadable value is no
-    verdict at all: a claim waits rather than binds unasked."""
-    value = (namespace_annotations or {}).get(BINDING_APPROVALS_ANNOTATION)
+def _json_object(namespace_annotations: dict | None, name: str) -> dict | bool | None:
+    """The annotation's JSON object; None when absent, False when it is not a JSON object (its reader fails closed)."""
+    value = (namespace_annotations or {}).get(name)
     if value is None:
         return None
     try:
-        verdicts = json.loads(value)
+        parsed = json.loads(value)
     except ValueError:
-        return {}
-    return verdicts if isinstance(verdicts, dict) else {}
-
-
-def binding_approvals_value(verdicts: dict) -> str:
-    return annotation_value(verdicts)
+        return False
+    return parsed if isinstance(parsed, dict) else False
 
 
 def annotation_value(value: dict) -> str:
@@ -95,17 +90,18 @@ def annotation_value(value: dict) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def binding_approvals(namespace_annotations: dict | None) -> dict | None:
+    """The verdicts by claim uid (None: the namespace's claims need no approval). An unreadable value is no
+    verdict at all: a claim waits rather than binds unasked."""
+    verdicts = _json_object(namespace_annotations, BINDING_APPROVALS_ANNOTATION)
+    return {} if verdicts is False else verdicts
+
+
 def host_pool_selectors(namespace_annotations: dict | None) -> dict | None:
     """{infra namespace: host selector} narrowing what the namespace's claims may bind there (None: nothing
     narrowed). An unreadable value narrows every infra namespace to nothing: a pool misread must not become all."""
-    value = (namespace_annotations or {}).get(HOST_POOLS_ANNOTATION)
-    if value is None:
-        return None
-    try:
-        pools = json.loads(value)
-    except ValueError:
-        return {"*": None}
-    if not isinstance(pools, dict) or not all(isinstance(v, dict) for v in pools.values()):
+    pools = _json_object(namespace_annotations, HOST_POOLS_ANNOTATION)
+    if pools is False or (pools and not all(isinstance(v, dict) for v in pools.values())):
         return {"*": None}
     return pools
 

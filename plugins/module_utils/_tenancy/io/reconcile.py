@@ -22,8 +22,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     BINDING_APPROVALS_ANNOTATION,
     TENANT_LABEL,
+    annotation_value,
     binding_approvals,
-    binding_approvals_value,
     reserved_for,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.hooks import Deliverer
@@ -285,7 +285,7 @@ def _binding_verdicts(run: TenantRun, snapshot: Snapshot, tenant: dict, state: s
             mine = [c for c in claims if c["metadata"].get("namespace") == namespace_name]
             verdicts = _asked(run, tenant, state, binding_approvals(annotations) or {}, mine, result)
             waits.append(hook_plan.seconds_until_reask(verdicts, hook_plan.parse_time(cond.now())))
-            annotations[BINDING_APPROVALS_ANNOTATION] = binding_approvals_value(verdicts)
+            annotations[BINDING_APPROVALS_ANNOTATION] = annotation_value(verdicts)
         else:
             annotations.pop(BINDING_APPROVALS_ANNOTATION, None)
         if annotations == (namespace["metadata"].get("annotations") or {}):
