@@ -20,13 +20,15 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup demo demo-vm test e2e unit integration lint build sanity matrix molecule devenv-up devenv-down controlplane clean lock bench
+.PHONY: help setup system-packages test-packages vm-setup demo demo-vm test e2e unit integration lint build sanity matrix molecule devenv-up devenv-down controlplane clean lock bench
 
 help:
 	@echo "make demo   - bring up the local environment, start the controller, play the user guide with kubectl"
 	@echo "make demo-vm - the same on real VMs (root): a disk image deployed, the VM's serial console shown"
 	@echo "make test   - lint, sanity (and the ansible-core matrix), molecule, unit and integration tests"
 	@echo "make e2e    - the end-to-end tests on real VMs (root, libvirtd, QEMU): tests/e2e, phase timings printed"
+	@echo "make vm-setup - what make e2e and make demo-vm install first (system packages, libvirt-python)"
+	@echo "make system-packages PROFILES='test vm' - install (as root) or print the system packages of bindep.txt"
 	@echo "make devenv-up / devenv-down - start/stop the environment in $(DEVENV_DIR)"
 	@echo "make bench  - the benchmark beside the one-run-per-event baseline (figures, a JSON file and a PNG in $(BENCH_OUT))"
 
@@ -48,6 +50,21 @@ $(COLLECTIONS)/ansible_collections/metalclaim/hostclaim:
 
 setup: $(VENV)/.installed $(COLLECTIONS)/ansible_collections/kubernetes/core/MANIFEST.json $(COLLECTIONS)/ansible_collections/metalclaim/hostclaim
 
+# The system packages of bindep.txt's PROFILES (demo, test, deploy, vm): installed with apt-get when make runs as
+# root, else the one `apt-get install` line to run is printed and make stops. Each target below asks for its own.
+PROFILES ?= demo
+system-packages: $(VENV)/.installed
+	bash hack/system-packages.sh $(PROFILES)
+
+# First, so that a machine that lacks them stops in seconds, not after the linters.
+test-packages: $(VENV)/.installed
+	bash hack/system-packages.sh test
+
+# What the VM targets need beyond setup: the `vm` system packages, then libvirt-python built against them.
+vm-setup: setup
+	bash hack/system-packages.sh vm
+	$(PY) -m pip install --quiet -r requirements/vm.txt -c requirements/constraints.txt
+
 controlplane: setup
 	bash controller/metalclaim/devenv/build-controlplane.sh
 
@@ -58,11 +75,12 @@ devenv-down: setup
 	$(PY) -m metalclaim.devenv down --dir $(DEVENV_DIR)
 
 demo: setup
+	bash hack/system-packages.sh demo
 	$(PY) -m metalclaim.devenv.demo --dir $(DEVENV_DIR) --hosts $(HOSTS)
 
 # The same guide on real VMs (root; libvirtd, QEMU, OVMF): a disk image deployed, the VM's serial console shown.
 VMS ?= 1
-demo-vm: setup
+demo-vm: vm-setup
 	$(PY) -m metalclaim.devenv.demo --dir $(DEVENV_DIR) --vms $(VMS)
 
 lint: setup
@@ -75,7 +93,7 @@ lint: setup
 unit: setup
 	$(PY) -m pytest tests/unit -q
 
-integration: setup controlplane
+integration: test-packages setup controlplane
 	$(PY) -m pytest $(PYTEST_PARALLEL) tests/integration -q
 
 build: setup
@@ -99,14 +117,14 @@ matrix: build
 molecule: setup controlplane
 	$(VENV)/bin/molecule test --all  # molecule/*: default (the install role), hostclaim_hosts, _policy, _reconcile
 
-test: lint sanity matrix controlplane molecule
+test: test-packages lint sanity matrix controlplane molecule
 	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=25 tests/unit tests/integration
 
 # Real VMs under TCG (root; libvirtd, QEMU, OVMF, libvirt-python: see README), not part of `make test`: the controller
 # end to end, the deploy ISO and disk images, faults. Each file brings up a devenv and VMs of its own; two files at
 # once keep both cores busy (a VM mostly waits on its firmware and the controller's requeues). METALCLAIM_E2E_VMS=4
 # runs the controller flow on 4 VMs at once.
-e2e: setup controlplane
+e2e: vm-setup controlplane
 	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=25 tests/e2e
 
 # Figures, never pass/fail, and not part of `make test`: its own devenv, sizes in BENCH_ARGS (see bench/run.py --help).
@@ -114,7 +132,7 @@ bench: setup controlplane
 	$(PY) -m pip install --quiet -r requirements/bench.txt -c requirements/constraints.txt
 	$(PY) bench/run.py --dir $(BENCH_DIR) --out $(BENCH_OUT) $(BENCH_ARGS)
 
-lock: setup
+lock: vm-setup  # every pinned package installed, libvirt-python included
 	$(PY) -m pip freeze --exclude-editable | sed '1i # Exact versions of the whole dependency tree (pip install -c). Regenerate with `make lock`.' > requirements/constraints.txt
 
 clean:
