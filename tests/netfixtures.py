@@ -15,6 +15,10 @@
         proxy.counts["GET /redfish/v1/Systems/x"]    # requests the proxy received, per method+path
 
 Both listen on 127.0.0.1 only, on a free port, serve from daemon threads, and stop on close().
+
+    with MediaServer(tmp_path / "media") as media:  # the media server's own process, as the devenv runs it
+        media.dir, media.url                         # bmh_redfish's media_dir and media_url
+        post_json(callback_url, {"status": "success"})  # as the image writer calls back
 """
 
 from __future__ import annotations
@@ -24,7 +28,11 @@ import http.client
 import http.server
 import json
 import socket
+import subprocess
+import sys
 import threading
+import urllib.error
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -288,3 +296,55 @@ class FaultProxy:
             do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = do_HEAD = _handle
 
         return Handler
+
+
+def post_json(url: str, body: dict) -> None:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    urllib.request.urlopen(request, timeout=5).read()
+
+
+class MediaServer:
+    """The media server (metalclaim.mediaserver) as its own process on 127.0.0.1: config drives out, the image
+    writer's callbacks in. Its log is <directory>.log."""
+
+    def __init__(self, directory: Path):
+        from metalclaim.devenv.processes import free_port
+
+        self.dir = str(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self._log = directory.parent / f"{directory.name}.log"
+        self._process: subprocess.Popen | None = None
+
+    def __enter__(self) -> MediaServer:
+        from metalclaim.devenv.processes import wait_until
+
+        port = self.url.rsplit(":", 1)[1]
+        argv = [sys.executable, "-m", "metalclaim.mediaserver", "--dir", self.dir, "--listen", "127.0.0.1"]
+        with self._log.open("w") as out:
+            self._process = subprocess.Popen([*argv, "--port", port], stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_until(self._answers, "media server", 15, self._process.pid, self._log)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _answers(self) -> bool:
+        try:
+            urllib.request.urlopen(self.url + "/", timeout=1)
+        except urllib.error.HTTPError:
+            return True  # 404 on / is the expected answer: it is up
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(10)
+
+    def __exit__(self, *exc) -> None:
+        self.close()

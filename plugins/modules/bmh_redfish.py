@@ -90,6 +90,13 @@ options:
     description: Seconds the image writer has to call back.
     type: float
     default: 1800
+  power_poll_interval:
+    description:
+      - Seconds after which a host whose power agrees with its spec is read again (RV(hosts[].poll_after)):
+        a power change made behind the provisioner's back shows in C(status.poweredOn), and on its claim,
+        within this bound.
+    type: float
+    default: 60
   backoff_base:
     description: Seconds to wait after a first error; doubled after each further one.
     type: float
@@ -202,6 +209,10 @@ hosts:
     requeue_after:
       description: Seconds after which the host wants another step.
       type: float
+    poll_after:
+      description: The host has settled; seconds after which its power should be read again (O(power_poll_interval)).
+      type: float
+      returned: when the host has settled
     redfish_requests:
       description: HTTP requests made to the host's BMC in this run.
       type: int
@@ -262,6 +273,7 @@ ARGUMENT_SPEC = dict(
     max_concurrent=dict(type="int", default=20),
     power_off_timeout=dict(type="float", default=60),
     callback_timeout=dict(type="float", default=1800),
+    power_poll_interval=dict(type="float", default=60),
     backoff_base=dict(type="float", default=10),
     backoff_cap=dict(type="float", default=600),
     redfish_timeout=dict(type="float", default=10),

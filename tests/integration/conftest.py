@@ -16,7 +16,7 @@ from kubernetes.dynamic import DynamicClient
 
 from metalclaim.devenv.env import Devenv
 from tests.claimlayer import Rack
-from tests.netfixtures import FileServer
+from tests.netfixtures import FileServer, MediaServer
 from tests.site import Site
 from tests.support import session_devenv
 
@@ -67,3 +67,10 @@ def site(devenv, clients, tmp_path):
 def files(tmp_path):
     with FileServer(tmp_path / "files") as server:
         yield server
+
+
+@pytest.fixture
+def media_server(tmp_path):
+    """The media server process (config drives out, image writer callbacks in): {"dir", "url"}."""
+    with MediaServer(tmp_path / "media") as server:
+        yield {"dir": server.dir, "url": server.url}

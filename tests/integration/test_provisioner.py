@@ -9,62 +9,17 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
 
-from metalclaim.devenv.processes import free_port, wait_until
 from tests.configdrive_reader import read_config_drive
-from tests.netfixtures import FaultProxy
+from tests.netfixtures import FaultProxy, post_json
 from tests.site import TENANT, Site, settle
 from tests.support import eventually
 
 OPERATION = "provisioner.metalclaim.io/operation"
-
-
-@pytest.fixture
-def media_server(tmp_path):
-    """The media server process (config drives out, image writer callbacks in)."""
-    directory = tmp_path / "media"
-    directory.mkdir()
-    port = free_port()
-    log = tmp_path / "mediaserver.log"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "metalclaim.mediaserver",
-                "--dir",
-                str(directory),
-                "--listen",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: _answers(url), "media server", 15, process.pid, log)
-        yield {"dir": str(directory), "url": url}
-    finally:
-        process.terminate()
-        process.wait(10)
-
-
-def _answers(url: str) -> bool:
-    try:
-        urllib.request.urlopen(url + "/", timeout=1)
-    except urllib.error.HTTPError:
-        return True  # 404 on / is the expected answer: it is up
-    except OSError:
-        return False
-    return True
 
 
 def assert_no_password(site: Site, *extra) -> None:
@@ -246,7 +201,7 @@ def test_a_disk_image_through_the_config_drive_and_the_writers_callback(site, fi
     assert deploy["callback"]["token"] == token
 
     # The image writer reports a wrong checksum: a provisioning error with its message.
-    post(deploy["callback"]["url"], {"status": "failure", "message": "checksum mismatch: expected 000, got abc"})
+    post_json(deploy["callback"]["url"], {"status": "failure", "message": "checksum mismatch: expected 000, got abc"})
     site.provision(**options)
     host = site.read("h0")
     assert host["status"]["errorType"] == "provisioning error"
@@ -264,7 +219,7 @@ def test_a_disk_image_through_the_config_drive_and_the_writers_callback(site, fi
     eventually(retried, timeout=60, interval=1)
     retry = json.loads(site.read("h0")["metadata"]["annotations"][OPERATION])
     assert retry["token"] != token
-    post(f"{media_server['url']}/callback/{retry['token']}", {"status": "success", "message": "image written"})
+    post_json(f"{media_server['url']}/callback/{retry['token']}", {"status": "success", "message": "image written"})
     settle(site, "h0", "provisioned", **options)
     assert site.read("h0")["status"]["provisioning"]["image"]["url"] == image["url"]
 
@@ -301,13 +256,6 @@ def test_no_callback_times_out_into_a_provisioning_error(site, files, media_serv
     status = site.read("h0")["status"]
     assert "no callback from the image writer within 3s" in status["errorMessage"]
     assert status["provisioning"]["state"] == "provisioning"
-
-
-def post(url: str, body: dict) -> None:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
-    urllib.request.urlopen(request, timeout=5).read()
 
 
 # -- faults --------------------------------------------------------------------------------

@@ -117,6 +117,13 @@ def parser() -> argparse.ArgumentParser:
         float,
     )
     add(
+        "--provision-power-poll-interval",
+        "seconds after which a settled host's power is read again, so a change made behind our back shows on the "
+        "host and its claim within this; 0: the provision role's default (60)",
+        0.0,
+        float,
+    )
+    add(
         "--watch-secrets",
         "watch Secrets' metadata in each namespace holding claims (false: tenant Secret edits are seen at resync)",
         "true",
@@ -173,6 +180,8 @@ def main(argv=None) -> int:
         parser().error(f"--runner-slots {args.runner_slots}: 0 (from the CPU limit) or more")
     if args.mode == "per-event" and args.standby:
         parser().error("--standby works in batch mode only (per-event is the baseline without it)")
+    if args.provision_power_poll_interval < 0:
+        parser().error(f"--provision-power-poll-interval {args.provision_power_poll_interval}: seconds, 0 or more")
     if args.provision_callback_timeout < 0:
         parser().error(f"--provision-callback-timeout {args.provision_callback_timeout}: seconds, 0 or more")
     if args.provision_max_concurrent < 0:
@@ -226,6 +235,7 @@ def main(argv=None) -> int:
         deploy_iso_url=args.deploy_iso_url,
         provision_max_concurrent=args.provision_max_concurrent,
         provision_callback_timeout=args.provision_callback_timeout,
+        provision_power_poll_interval=args.provision_power_poll_interval,
         media_dir=args.media_dir,
         media_url=args.media_url,
         watch_secrets=args.watch_secrets,

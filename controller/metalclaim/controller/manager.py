@@ -64,6 +64,7 @@ class Settings:
     media_url: str = ""
     provision_max_concurrent: int = 0  # 0: the provision role's default
     provision_callback_timeout: float = 0.0  # 0: the provision role's default
+    provision_power_poll_interval: float = 0.0  # 0: the provision role's default
     watch_secrets: bool = True  # Secrets' metadata in namespaces holding claims; False: seen at resync only
     standby: bool = False  # claim batches go to a reconcile run started ahead (see standby.py)
     standby_max_age: float = 300.0  # seconds an idle standby run waits before it is recycled
@@ -231,6 +232,8 @@ class Controller:
             extravars["hostclaim_provision_max_concurrent"] = self.settings.provision_max_concurrent
         if self.settings.provision_callback_timeout:
             extravars["hostclaim_provision_callback_timeout"] = self.settings.provision_callback_timeout
+        if self.settings.provision_power_poll_interval:
+            extravars["hostclaim_provision_power_poll_interval"] = self.settings.provision_power_poll_interval
         return collection.playbook("provision"), extravars
 
     def _run_batch(self, keys: list, slot: int) -> None:

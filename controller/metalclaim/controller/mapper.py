@@ -25,6 +25,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     DATA_ROLES,
     DETACHED_ANNOTATION,
     FREE_STATES,
+    IN_USE_ANNOTATION,
     PAUSED_ANNOTATION,
     REBOOT_ANNOTATION,
 )
@@ -136,6 +137,7 @@ def host_fingerprint_for_claims(host: dict | None):
         status.get("operationalStatus"),
         status.get("errorType"),
         status.get("errorMessage"),
+        IN_USE_ANNOTATION in (meta.get("annotations") or {}),  # the provisioner's: release and bind wait on it
     )
 
 

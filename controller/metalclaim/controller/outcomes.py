@@ -14,6 +14,8 @@ from .mapper import CLAIM, HOST, REMOTE, TENANT
 
 # A tenant waiting on a deletion stage (its claims' release, its namespaces' removal) is looked at again this soon.
 TENANT_REQUEUE_SECONDS = 2.0
+# What an outcome's reason keeps of a claim's error message (the retry's log line).
+ERROR_REASON_LIMIT = 300
 
 DONE, RETRY, REQUEUE, WAIT = "done", "retry", "requeue", "wait"
 
@@ -31,7 +33,11 @@ def failed_run(keys, reason: str) -> dict:
 
 
 def claim_outcomes(keys, reconcile: dict) -> dict:
-    """Outcomes of the claim keys of a reconcile.yml run, from hostclaim_reconcile's result."""
+    """Outcomes of the claim keys of a reconcile.yml run, from hostclaim_reconcile's result.
+
+    A claim that failed alone (`errors`, or a step's entry in state `error`: an API error other than a conflict,
+    its status refused) backs off and is tried again by itself; the rest of its batch is settled as usual.
+    """
     outcomes = {key: Outcome(DONE) for key in keys}
 
     def note(namespace: str, name: str, outcome: Outcome) -> None:
@@ -53,11 +59,20 @@ def claim_outcomes(keys, reconcile: dict) -> dict:
     for entry in (reconcile.get("bound") or {}).get("claims") or []:
         if "conflict" in (entry.get("action"), entry.get("state")):
             note(entry["namespace"], entry["name"], Outcome(RETRY, reason="conflict"))
+    for entry in reconcile.get("errors") or []:
+        # The reason is logged with the retry: what failed, for the infrastructure team.
+        message = (entry.get("message") or "")[:ERROR_REASON_LIMIT]
+        note(entry["namespace"], entry["name"], Outcome(RETRY, reason=f"error in {entry.get('step')}: {message}"))
+    for step in ("release", "bind", "bound"):  # the errors of a step that reports them in its entries only
+        for entry in (reconcile.get(step) or {}).get("claims") or []:
+            if "error" in (entry.get("action"), entry.get("state")):
+                note(entry["namespace"], entry["name"], Outcome(RETRY, reason=f"error in {step}"))
     return outcomes
 
 
 def host_outcomes(keys, provision: dict) -> dict:
-    """Outcomes of the host keys of a provision.yml run, from bmh_redfish's result: each host due again when it says."""
+    """Outcomes of the host keys of a provision.yml run, from bmh_redfish's result: each host due again when it says,
+    a settled one when its power should be read again (poll_after)."""
     outcomes = {key: Outcome(DONE) for key in keys}
     for entry in provision.get("hosts") or []:
         key = (HOST, entry["namespace"], entry["name"])
@@ -66,6 +81,8 @@ def host_outcomes(keys, provision: dict) -> dict:
         delay = entry.get("requeue_after")
         if delay is not None:
             outcomes[key] = Outcome(REQUEUE, delay=max(0.0, float(delay)), reason=entry.get("state") or "")
+        elif entry.get("poll_after") is not None:
+            outcomes[key] = Outcome(REQUEUE, delay=max(0.0, float(entry["poll_after"])), reason="poll")
     return outcomes
 
 

@@ -4,8 +4,9 @@
 
 Order matters: the host is first stripped of everything the tenant gave it (image,
 data Secrets and their copies, reboot annotations) and told to power off and clean
-its disks' metadata; only once its provisioner reports it `available` again is its
-consumerRef cleared (so nobody can bind a dirty host) and then the claim's finalizer
+its disks' metadata; only once its provisioner reports it `available` again, powered
+off, and no longer marked in use (binding.why_not_given_back) is its consumerRef
+cleared (so nobody can bind a warm or dirty host) and then the claim's finalizer
 removed. The copies are those the host's record names (metalclaim.io/copies), deleted
 by name with their recorded uid as a precondition; the host write that scrubs it drops
 the record: no Secret beside the host is ever read or listed.
@@ -32,7 +33,6 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     API_VERSION,
     DATA_ROLES,
-    FREE_STATES,
     REBOOT_ANNOTATION,
 )
 
@@ -155,12 +155,10 @@ def _give_back_clean(run, host: dict, claim: dict | None) -> dict:
         if not check_mode:
             host = kube.replace(scrubbed)
         run.record("BareMetalHost", before, scrubbed)
-    state = ((host.get("status") or {}).get("provisioning") or {}).get("state", "")
-    if state not in FREE_STATES:
+    waiting_for = binding.why_not_given_back(host)
+    if waiting_for:
         result["state"] = "waiting"
-        result["message"] = (
-            f"waiting for BareMetalHost {host_ns}/{host_name} to be deprovisioned (now {state or 'unknown'})"
-        )
+        result["message"] = f"waiting for BareMetalHost {host_ns}/{host_name} {waiting_for}"
         if result["changed"] and claim is not None:
             run.event(claim, "Normal", "Releasing", result["message"])
         return result

@@ -94,6 +94,27 @@ def why_not_free(host: dict) -> str | None:
     state = (status.get("provisioning") or {}).get("state", "")
     if state not in metal3.FREE_STATES:
         return f"in state {state or 'unknown'!r}"
+    if metal3.IN_USE_ANNOTATION in (meta.get("annotations") or {}):
+        return "still to be deprovisioned after its last consumer"
+    return None
+
+
+def why_not_given_back(host: dict) -> str | None:
+    """None when a released host's consumerRef may be cleared; otherwise what it waits for.
+
+    A host passes to its next consumer only deprovisioned (cleaned when cleaning is configured) and powered off,
+    as its provisioner read it (status.poweredOn false: a read, not a request), and never while the provisioner
+    marks it as having run its consumer's OS without an image (metal3.IN_USE_ANNOTATION): that mark goes only when
+    its deprovisioning ends.
+    """
+    status = host.get("status") or {}
+    state = (status.get("provisioning") or {}).get("state", "")
+    if state not in metal3.FREE_STATES:
+        return f"to be deprovisioned (now {state or 'unknown'})"
+    if metal3.IN_USE_ANNOTATION in ((host.get("metadata") or {}).get("annotations") or {}):
+        return "to be deprovisioned after running its consumer's OS"
+    if status.get("poweredOn") is not False:
+        return "to report itself powered off"
     return None
 
 

@@ -10,6 +10,10 @@ API_VERSION = "metal3.io/v1alpha1"
 PAUSED_ANNOTATION = "baremetalhost.metal3.io/paused"
 DETACHED_ANNOTATION = "baremetalhost.metal3.io/detached"
 REBOOT_ANNOTATION = "reboot.metal3.io"
+# Ours, read by both sides: the provisioner marks a host that may have run a consumer's OS while it was free of any
+# image (powered on, {"consumer": uid, "since": time}) and removes the mark only when deprovisioning ends. The claim
+# layer gives no host back (clears no consumerRef) and binds none while it is there.
+IN_USE_ANNOTATION = "provisioner.metalclaim.io/in-use"
 
 # The data Secrets a claim (and a host) references, in the order the guide lists them.
 DATA_ROLES = ("userData", "metaData", "networkData")

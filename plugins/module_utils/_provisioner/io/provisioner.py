@@ -407,6 +407,8 @@ def _finish_host(work: _Work, options: Options, check_mode: bool, fleet: Fleet) 
     result["actions"] = [_describe_action(a) for a in step.actions]
     if step.requeue_after is not None:
         result["requeue_after"] = step.requeue_after
+    elif step.poll_after is not None:
+        result["poll_after"] = step.poll_after
     if step.skipped:
         result["skipped"] = step.skipped
     if step.status.get("operationalStatus") == "error":
@@ -705,6 +707,7 @@ def options_from(params: dict) -> Options:
         media_url=params.get("media_url") or "",
         power_off_timeout=params["power_off_timeout"],
         callback_timeout=params["callback_timeout"],
+        power_poll_interval=params["power_poll_interval"],
         backoff_base=params["backoff_base"],
         backoff_cap=params["backoff_cap"],
     )

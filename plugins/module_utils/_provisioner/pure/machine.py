@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     DETACHED_ANNOTATION,
+    IN_USE_ANNOTATION,
     PAUSED_ANNOTATION,
     REBOOT_ANNOTATION,
 )
@@ -88,6 +89,9 @@ class Settings:
     callback_timeout: float = 1800.0  # the image writer must call back within this
     backoff_base: float = 10.0
     backoff_cap: float = 600.0
+    # A host whose power agrees with its spec is read again this often: power changed behind our back (at the BMC,
+    # by the OS) shows in status.poweredOn, and so on its claim, within this bound.
+    power_poll_interval: float = 60.0
 
 
 @dataclass
@@ -115,6 +119,7 @@ class Step:
     hardware: dict | None = None  # write HardwareData with this
     event: tuple | None = None  # (type, reason, message) recorded on the host
     requeue_after: float | None = None  # when to look again, in seconds
+    poll_after: float | None = None  # settled: read the BMC again after this long anyway (power drifts)
     skipped: str = ""  # why nothing was done (paused, not ours, backing off)
 
 
@@ -491,12 +496,19 @@ def _follow_power(host: dict, observed: dict, ctx: Context, step: Step) -> Step:
         if REBOOT_ANNOTATION in annotations_of(host):
             step.annotations[REBOOT_ANNOTATION] = None  # off half done; online powers it back on
             step.requeue_after = 1
-        return step
+        return _polled(step, ctx)
     if pending:
         step.annotations[POWER_OFF_ANNOTATION] = None
     if power == "Off":
         step.actions.append(("power", "On"))
         step.requeue_after = 2
+    return _polled(step, ctx)
+
+
+def _polled(step: Step, ctx: Context) -> Step:
+    """Power agrees with the spec: nothing to do now, but read again at a bounded interval."""
+    if step.requeue_after is None and not step.actions:
+        step.poll_after = ctx.settings.power_poll_interval
     return step
 
 
@@ -521,7 +533,25 @@ def _available(host: dict, observed: dict, ctx: Context) -> Step:
         step.status["operationHistory"] = _history(host, "provision", start=ctx.now)
         step.status["lastAttemptedImage"] = image
         return _ok(_transition(host, step, PROVISIONING, "ProvisioningStarted", f"provisioning {image['url']}"), host)
+    in_use = _json_annotation(host, IN_USE_ANNOTATION)
+    consumer_uid = _consumer_uid(host)
+    if in_use and (not spec.get("online") or in_use.get("consumer") != consumer_uid):
+        # It ran whatever its consumer booted: powered off and cleaned before anybody else may have it.
+        return _ok(_start_deprovisioning(host, step, ctx, "powered on under its last consumer"), host)
+    if consumer_uid is not None and not in_use and (wants_power_on(host) or observed.get(POWER) == "On"):
+        # Recorded before the power-on, in a write of its own: once the host may run a consumer's OS, nothing can
+        # lose the fact that it must go through deprovisioning before the next consumer.
+        step.status["poweredOn"] = observed.get(POWER) == "On"
+        step.annotations[IN_USE_ANNOTATION] = json.dumps({"consumer": consumer_uid, "since": ctx.now}, sort_keys=True)
+        step.requeue_after = 0
+        return _ok(step, host)
     return _ok(_follow_power(host, observed, ctx, step), host)
+
+
+def _consumer_uid(host: dict) -> str | None:
+    """The consumer's uid ("" when its consumerRef records none), or None for a host nobody consumes."""
+    ref = (host.get("spec") or {}).get("consumerRef")
+    return (ref.get("uid") or "") if ref else None
 
 
 def _image_problem(image: dict, ctx: Context) -> str:
@@ -642,9 +672,10 @@ def _provision_disk(host: dict, image: dict, observed: dict, ctx: Context, step:
     if op.get("kind") != "deploy" or op.get("url") != image["url"]:
         if op.get("token"):
             step.actions.append(("withdraw", op["token"]))
-        op = {"kind": "deploy", "url": image["url"], "token": ctx.new_token, "started": ctx.now}
-        step.actions.append(("publish", "deploy", op["token"]))
-        observed = {**observed, CALLBACK: None}
+        op = {"kind": "deploy", "url": image["url"], "started": ctx.now}
+    op, observed = _writer_job(op, observed, ctx, step)
+    if not op.get("token"):
+        return _waiting_for_off(host, op, step)
     callback = observed.get(CALLBACK)
     if callback is not None:
         return _writer_finished(host, op, callback, observed, ctx, step, on_success=_deployed(image))
@@ -653,6 +684,31 @@ def _provision_disk(host: dict, image: dict, observed: dict, ctx: Context, step:
             host, op, f"no callback from the image writer within {ctx.settings.callback_timeout:g}s", ctx
         )
     return _boot_writer(host, op, observed, ctx, step)
+
+
+def _writer_job(op: dict, observed: dict, ctx: Context, step: Step) -> tuple[dict, dict]:
+    """The job's token, made and published only once a read says the host is Off.
+
+    Whatever ran on the host before (the outgoing tenant's OS) must never see the config drive, which carries the
+    callback URL and the token, hot-plugged: a token minted after that power-off can only reach the writer booted
+    after it, so only that writer can call back. Until then the host is powered off and the job has no token.
+    """
+    if op.get("token"):
+        return op, observed
+    if observed.get(POWER) != "Off":
+        if observed.get(POWER) == "On":
+            step.actions.append(("power", "ForceOff"))
+        return op, observed
+    op = {**op, "token": ctx.new_token, "off": ctx.now}
+    step.actions.append(("publish", op["kind"], op["token"]))
+    return op, {**observed, CALLBACK: None}
+
+
+def _waiting_for_off(host: dict, op: dict, step: Step) -> Step:
+    if op != operation(host):
+        step.annotations[OPERATION_ANNOTATION] = json.dumps(op, sort_keys=True)
+    step.requeue_after = 2
+    return _ok(step, host)
 
 
 def _boot_writer(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> Step:
@@ -742,8 +798,9 @@ def _deprovisioning(host: dict, observed: dict, ctx: Context) -> Step:
     if step.actions:  # media or boot override still to clear: confirm at the next step
         step.requeue_after = 1
         return _ok(step, host)
-    if OPERATION_ANNOTATION in annotations_of(host):
-        step.annotations[OPERATION_ANNOTATION] = None
+    for name in (OPERATION_ANNOTATION, IN_USE_ANNOTATION):
+        if name in annotations_of(host):
+            step.annotations[name] = None
     step.status["provisioning"] = {"state": AVAILABLE}
     step.status["operationHistory"] = _history(host, "deprovision", end=ctx.now)
     step.status["conditions"] = _cleaned_condition(host, op, ctx)
@@ -775,9 +832,10 @@ def _cleaned_condition(host: dict, op: dict, ctx: Context) -> list:
 
 def _clean(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> Step:
     if op.get("kind") != "clean":
-        op = {"kind": "clean", "token": ctx.new_token, "started": ctx.now}
-        step.actions.append(("publish", "clean", op["token"]))
-        observed = {**observed, CALLBACK: None}
+        op = {"kind": "clean", "started": ctx.now}
+    op, observed = _writer_job(op, observed, ctx, step)
+    if not op.get("token"):
+        return _waiting_for_off(host, op, step)
     callback = observed.get(CALLBACK)
     if callback is not None:
 

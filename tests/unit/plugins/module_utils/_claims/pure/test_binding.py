@@ -6,7 +6,10 @@ import json
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import PAUSED_ANNOTATION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
+    IN_USE_ANNOTATION,
+    PAUSED_ANNOTATION,
+)
 
 
 def host(name, namespace="infrahost", labels=None, state="available", consumer=None, **meta) -> dict:
@@ -260,3 +263,20 @@ def test_hosts_held_counts_claims_of_every_namespace_of_the_tenant():
         {"kind": "HostClaim", "namespace": "gone", "name": "w"},
     ]
     assert hosts_held("blue", refs, labels_of) == 2
+
+
+def test_a_released_host_is_given_back_only_available_read_powered_off_and_no_longer_in_use():
+    def released(state="available", powered_on=False, in_use=False) -> dict:
+        h = host("h", state=state, annotations={IN_USE_ANNOTATION: "{}"} if in_use else {})
+        if powered_on is not None:
+            h["status"]["poweredOn"] = powered_on
+        return h
+
+    assert binding.why_not_given_back(released()) is None
+    assert binding.why_not_given_back(released(state="deprovisioning")) == "to be deprovisioned (now deprovisioning)"
+    # Still on under the last consumer: a request to power off is not a power-off.
+    assert binding.why_not_given_back(released(powered_on=True)) == "to report itself powered off"
+    assert binding.why_not_given_back(released(powered_on=None)) == "to report itself powered off"  # never read
+    assert "deprovisioned after" in binding.why_not_given_back(released(in_use=True))
+    # And nobody binds a host still marked in use (its consumerRef cleared by hand, say).
+    assert binding.why_not_free(released(in_use=True)) == "still to be deprovisioned after its last consumer"

@@ -529,6 +529,7 @@ class _Module:
             "max_concurrent": 20,
             "power_off_timeout": 60,
             "callback_timeout": 1800,
+            "power_poll_interval": 60,
             "backoff_base": 10,
             "backoff_cap": 600,
             "redfish_timeout": 10,

@@ -419,3 +419,99 @@ def test_the_cleaned_condition_keeps_its_transition_time_while_its_status_holds(
     flipped = m.decide(h, idle, ctx(now=T2))
     cleaned = next(c for c in flipped.status["conditions"] if c["type"] == m.CLEANED_CONDITION)
     assert (cleaned["status"], cleaned["lastTransitionTime"]) == ("True", T2)
+
+
+# -- a host between two consumers (issue 22): never handed over warm or dirty -----------------------------------
+
+CONSUMER = {"apiVersion": "metal3.io/v1alpha1", "kind": "HostClaim", "namespace": "tenant-a", "name": "a", "uid": "u-a"}
+
+
+def test_an_imageless_host_is_marked_in_use_before_it_is_powered_on_for_a_consumer():
+    # Durable before the power-on: if the mark could be lost after the host ran a tenant's OS, nothing would
+    # make the host go through deprovisioning before its next consumer.
+    h = host(m.AVAILABLE, online=True, status=GOOD, consumerRef=CONSUMER)
+    step = m.decide(h, {m.POWER: "Off"}, ctx())
+    assert step.actions == []
+    assert json.loads(step.annotations[m.IN_USE_ANNOTATION]) == {"consumer": "u-a", "since": T0}
+    marked = host(
+        m.AVAILABLE,
+        online=True,
+        status=GOOD,
+        consumerRef=CONSUMER,
+        annotations={m.IN_USE_ANNOTATION: step.annotations[m.IN_USE_ANNOTATION]},
+    )
+    assert m.decide(marked, {m.POWER: "Off"}, ctx()).actions == [("power", "On")]
+    # Found on already (the infra team powered it before binding): marked as well.
+    assert (
+        m.IN_USE_ANNOTATION
+        in m.decide(host(m.AVAILABLE, status=GOOD, consumerRef=CONSUMER), {m.POWER: "On"}, ctx()).annotations
+    )
+
+
+def test_a_host_powered_on_under_a_consumer_is_deprovisioned_when_it_is_let_go_not_just_powered_off():
+    mark = json.dumps({"consumer": "u-a", "since": T0})
+    released = host(
+        m.AVAILABLE, online=False, status=GOOD, consumerRef=CONSUMER, annotations={m.IN_USE_ANNOTATION: mark}
+    )
+    step = m.decide(released, {m.POWER: "On"}, ctx())
+    assert step.state == m.DEPROVISIONING
+    # The consumer changed behind our back (consumerRef cleared or rewritten by hand): deprovisioned as well.
+    other = host(m.AVAILABLE, online=True, status=GOOD, annotations={m.IN_USE_ANNOTATION: mark})
+    assert m.decide(other, {m.POWER: "On"}, ctx()).state == m.DEPROVISIONING
+    # Its reboot annotation holds power off but is no release.
+    rebooting = host(
+        m.AVAILABLE,
+        online=True,
+        status=GOOD,
+        consumerRef=CONSUMER,
+        annotations={m.IN_USE_ANNOTATION: mark, metal3.REBOOT_ANNOTATION: ""},
+    )
+    assert m.decide(rebooting, {m.POWER: "On"}, ctx()).state == m.AVAILABLE
+
+
+def test_deprovisioning_ends_with_the_in_use_mark_removed():
+    mark = json.dumps({"consumer": "u-a", "since": T0})
+    h = host(m.DEPROVISIONING, status=GOOD, annotations={m.IN_USE_ANNOTATION: mark})
+    idle = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {"inserted": False}}}
+    done = m.decide(h, idle, ctx(settings=m.Settings()))
+    assert done.state == m.AVAILABLE
+    assert done.annotations[m.IN_USE_ANNOTATION] is None
+
+
+@pytest.mark.parametrize("state, kind", [(m.DEPROVISIONING, "clean"), (m.AVAILABLE, "deploy")])
+def test_no_media_and_no_token_go_in_before_a_read_says_the_host_is_off(state, kind):
+    # The outgoing OS, still running, would see a config drive hot-plugged with the callback URL and the token,
+    # and could post success itself: the host would be marked cleaned (or deployed) without being written.
+    h = host(state, online=True, image=DISK if kind == "deploy" else None, status=GOOD)
+    if state == m.AVAILABLE:
+        started = m.decide(h, {m.POWER: "On"}, ctx())
+        assert started.state == m.PROVISIONING
+        h = host(m.PROVISIONING, online=True, image=DISK, status=GOOD)
+    running = {m.POWER: "On", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {}, m.CONFIG_DEVICE: {}}}
+    step = m.decide(h, running, ctx())
+    assert step.actions == [("power", "ForceOff")]
+    op = json.loads(step.annotations[m.OPERATION_ANNOTATION])
+    assert op["kind"] == kind and "token" not in op
+    waiting = host(
+        h["status"]["provisioning"]["state"],
+        online=True,
+        image=h["spec"].get("image"),
+        status=GOOD,
+        annotations={m.OPERATION_ANNOTATION: json.dumps(op)},
+    )
+    assert m.decide(waiting, {**running, m.POWER: "PoweringOff"}, ctx()).actions == []
+    off = m.decide(waiting, {**running, m.POWER: "Off"}, ctx(now=T1))
+    assert off.actions[0] == ("publish", kind, TOKEN)
+    assert ("power", "On") in off.actions and ("power", "ForceRestart") not in off.actions
+    assert json.loads(off.annotations[m.OPERATION_ANNOTATION])["off"] == T1
+
+
+def test_power_is_read_again_at_a_bounded_interval_once_it_agrees():
+    settled = m.decide(host(m.AVAILABLE, status=GOOD), {m.POWER: "Off"}, ctx())
+    assert settled.requeue_after is None
+    assert settled.poll_after == SETTINGS.power_poll_interval
+    provisioned = m.decide(host(m.PROVISIONED, online=True, image=LIVE, status=GOOD), {m.POWER: "On"}, ctx())
+    assert provisioned.poll_after == SETTINGS.power_poll_interval
+    # Off behind our back: read, said, and powered on again.
+    drifted = m.decide(host(m.PROVISIONED, online=True, image=LIVE, status=GOOD), {m.POWER: "Off"}, ctx())
+    assert drifted.status["poweredOn"] is False and drifted.actions == [("power", "On")]
