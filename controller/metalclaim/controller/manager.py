@@ -22,7 +22,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 from . import collection, mapper, metrics, outcomes
 from .leader import LeaderElector
 from .reflector import Reflector, Store
-from .runs import Runner
+from .runs import Runner, private_directory
 from .scope import CLAIMS, PROVISIONER, TENANTS, Scope
 from .standby import Standby
 from .workqueue import LIVE, RESYNC, WorkQueue
@@ -407,7 +407,8 @@ class Controller:
         if settings.kubeconfig:
             envvars["K8S_AUTH_KUBECONFIG"] = settings.kubeconfig
         # One private data dir per runner, each rotating its artifacts: disk stays within
-        # runners x keep_artifacts runs, however many runs happen.
+        # runners x keep_artifacts runs, however many runs happen. All inside one directory of our own.
+        private_directory(settings.private_data_dir)
         standby = settings.standby and CLAIMS in sides
         per_slot = 2 if standby else 1
         self.runners = [

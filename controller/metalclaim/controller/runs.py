@@ -18,6 +18,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -177,6 +178,28 @@ def _reap_orphans() -> None:
             return
 
 
+def private_directory(path: Path) -> None:
+    """Make `path` the controller's own directory (0700), or refuse it.
+
+    ansible-runner takes env/, inventory and project files from its private data dir: whoever can write there runs
+    code as the controller. A directory someone else created first (a fixed name in /tmp, say) or a symlink is
+    refused, never used; one of ours that others may read or write is closed to them.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise PermissionError(f"private data dir {path}: not a directory of its own (a symlink or a file): refused")
+    if info.st_uid != os.geteuid():
+        raise PermissionError(
+            f"private data dir {path}: owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}): refused, "
+            "as ansible-runner would run what it holds; remove it or choose another --private-data-dir"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        path.chmod(0o700)
+
+
 class Runner:
     """The parent's handle on the child: one run at a time, submitted, then waited for (run() does both).
     Used from one thread (a dispatcher); close() may come from another."""
@@ -190,7 +213,7 @@ class Runner:
         pexpect_timeout: float = 0.05,
         job_timeout: int | None = JOB_TIMEOUT,
     ):
-        private_data_dir.mkdir(parents=True, exist_ok=True)
+        private_directory(private_data_dir)
         # Left by a version that let ansible-runner write it: it would add an old run's variables to every run.
         (private_data_dir / "env" / "extravars").unlink(missing_ok=True)
         settings = {"pexpect_timeout": pexpect_timeout, "suppress_ansible_output": True}

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import re
+import urllib.parse
 from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
@@ -41,6 +42,7 @@ AUTHORIZATION_REVOKED = "AuthorizationRevoked"
 PROVISIONING_ERROR = "provisioning error"  # Metal3's errorType for a failed deployment
 MESSAGE_LIMIT = 512
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_NAME_AND_PORT = re.compile(r"\b[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?:\d{1,5}\b")
 _ADDRESS = re.compile(r"\[?\b(?:\d{1,3}\.){3}\d{1,3}\b\]?(?::\d+)?|\[[0-9A-Fa-f:]*:[0-9A-Fa-f:]*\](?::\d+)?")
 
 
@@ -60,6 +62,12 @@ def image_plan(claim: dict, host: dict, authorized: bool = True) -> tuple[dict |
     state = host_state(host)
     if not wanted:
         return None, ""
+    if wanted.get("ociAuthSecretName"):
+        # Metal3 reads that Secret in the host's (infrastructure) namespace: a tenant must not name one there.
+        return current, (
+            "spec.image.ociAuthSecretName is not supported: the image is not applied while it is set "
+            "(it would name a Secret in the infrastructure's namespace); use an image URL that needs no credentials"
+        )
     if not authorized and (current or {}).get("url") != wanted.get("url"):
         return current, "spec.image: not applied while the claim's namespace is not authorized for its host"
     if current and current.get("url") != wanted.get("url") and state in IMAGE_IN_USE_STATES:
@@ -149,7 +157,7 @@ def provisioned_condition(host: dict) -> tuple[str, str, str, str]:
     if state not in PROVISIONED_STATES and error_type:
         message = f"the host is in {error_type}"
         if error_type == PROVISIONING_ERROR and status.get("errorMessage"):
-            message += ": " + without_addresses(str(status["errorMessage"]))[:MESSAGE_LIMIT]
+            message += ": " + tenant_message(str(status["errorMessage"]), host)[:MESSAGE_LIMIT]
         return cond.PROVISIONED, "False", state_reason(error_type), message
     return cond.PROVISIONED, "True" if state in PROVISIONED_STATES else "False", state_reason(state), ""
 
@@ -158,6 +166,24 @@ def without_addresses(message: str) -> str:
     """URLs and IP addresses (with their ports) replaced: what a host's error may show a tenant."""
     message = _URL.sub("<url>", message)
     return _ADDRESS.sub("<address>", message)
+
+
+def tenant_message(message: str, host: dict) -> str:
+    """A host's error as its tenant may read it: nothing of the BMC's address. URLs and IP addresses go, then the
+    name:port (how the provisioner names a BMC it cannot reach), then the BMC's host name wherever it still appears."""
+    message = _NAME_AND_PORT.sub("<address>", without_addresses(message))
+    bmc_host = _bmc_host_name((host.get("spec") or {}).get("bmc") or {})
+    return re.sub(re.escape(bmc_host), "<bmc>", message, flags=re.IGNORECASE) if bmc_host else message
+
+
+def _bmc_host_name(bmc: dict) -> str:
+    address = str(bmc.get("address") or "")
+    if "://" not in address:  # ipmi's host:port, or a bare name
+        address = "//" + address
+    try:
+        return urllib.parse.urlsplit(address).hostname or ""
+    except ValueError:
+        return ""
 
 
 @dataclass

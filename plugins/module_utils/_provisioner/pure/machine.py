@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import urllib.parse
 from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions
@@ -531,8 +532,11 @@ def _available(host: dict, observed: dict, ctx: Context) -> Step:
             step.requeue_after = 10
             return step
         step.status["operationHistory"] = _history(host, "provision", start=ctx.now)
-        step.status["lastAttemptedImage"] = image
-        return _ok(_transition(host, step, PROVISIONING, "ProvisioningStarted", f"provisioning {image['url']}"), host)
+        step.status["lastAttemptedImage"] = {**image, "url": shown_url(image["url"])}
+        return _ok(
+            _transition(host, step, PROVISIONING, "ProvisioningStarted", f"provisioning {shown_url(image['url'])}"),
+            host,
+        )
     in_use = _json_annotation(host, IN_USE_ANNOTATION)
     consumer_uid = _consumer_uid(host)
     if in_use and (not spec.get("online") or in_use.get("consumer") != consumer_uid):
@@ -548,6 +552,19 @@ def _available(host: dict, observed: dict, ctx: Context) -> Step:
     return _ok(_follow_power(host, observed, ctx, step), host)
 
 
+def shown_url(url: str) -> str:
+    """An image URL as Events and statuses may show it: without its userinfo (user:password@) and with its query
+    (a signed URL's signature) elided. The spec keeps the real one."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return "<invalid URL>"
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    if parts.username is not None or parts.password is not None:
+        netloc = "***@" + netloc
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
+
+
 def _consumer_uid(host: dict) -> str | None:
     """The consumer's uid ("" when its consumerRef records none), or None for a host nobody consumes."""
     ref = (host.get("spec") or {}).get("consumerRef")
@@ -556,6 +573,10 @@ def _consumer_uid(host: dict) -> str | None:
 
 def _image_problem(image: dict, ctx: Context) -> str:
     image_format = image.get("format") or ""
+    # The BMC (a live ISO) or the writer (a disk image) fetches it from the management network: nothing but HTTP(S),
+    # never file://, nfs:// or another scheme a BMC might also understand.
+    if urllib.parse.urlsplit(str(image.get("url") or "")).scheme not in ("http", "https"):
+        return "spec.image.url must be an http:// or https:// URL"
     if image_format == LIVE_ISO:
         return ""
     if image_format and image_format not in DISK_FORMATS:
@@ -664,7 +685,7 @@ def _provisioned_with(host: dict, image: dict, step: Step, ctx: Context) -> Step
         "bootMode": "legacy" if _boot_mode(host) == "Legacy" else "UEFI",
     }
     step.status["operationHistory"] = _history(host, "provision", end=ctx.now)
-    return _transition(host, step, PROVISIONED, "Provisioned", f"provisioned {image['url']}")
+    return _transition(host, step, PROVISIONED, "Provisioned", f"provisioned {shown_url(image['url'])}")
 
 
 def _provision_disk(host: dict, image: dict, observed: dict, ctx: Context, step: Step) -> Step:

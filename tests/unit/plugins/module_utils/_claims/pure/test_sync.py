@@ -206,3 +206,44 @@ def test_revoked_authorization_keeps_the_host_but_refuses_a_new_image():
     # Authorized, the same claim gets its image.
     plan = sync.plan_sync(bound_claim(IMAGE), bound_host("available"), True, CopyRules())
     assert plan.host_spec["image"] == IMAGE
+
+
+BMC_NAME = "bmc-7.mgmt.example.com"
+
+
+def _provisioner_messages() -> list[str]:
+    """Provisioning-error messages as the provisioner builds them on its error paths, naming this BMC."""
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import redfish as rf
+    from sushy import exceptions as sushy_exc
+
+    where = f"{BMC_NAME}:8443"
+    connection = sushy_exc.ConnectionError(url=f"https://{where}/redfish/v1", error="Connection refused")
+    timeout = sushy_exc.ConnectionError(url=f"https://{where}/redfish/v1", error="Read timed out")
+    mapped = [
+        rf.classify_error(connection, "inserting the cd", where),
+        rf.classify_error(timeout, "setting power", where, timeout=10),
+    ]
+    return [
+        *(str(m) for m in mapped),
+        f"inserting the cd: the BMC failed (HTTP 500): could not fetch from {BMC_NAME.upper()}",
+        f"the BMC of {BMC_NAME} has no virtual media device for cd",
+        "inserting the config: cannot reach https://10.0.0.2:8081/media/<redacted>/config-drive.iso",
+        f"reading the power state of redfish+https://{where}/redfish/v1/Systems/1: the BMC reports none",
+    ]
+
+
+@pytest.mark.parametrize("message", _provisioner_messages())
+def test_nothing_of_the_bmcs_address_reaches_a_tenant_visible_message(message):
+    failed = host("provisioning", errorType="provisioning error", errorMessage=message)
+    failed["spec"]["bmc"] = {"address": f"redfish+https://{BMC_NAME}:8443/redfish/v1/Systems/1"}
+    shown = sync.provisioned_condition(failed)[3]
+    assert BMC_NAME not in shown.lower() and "8443" not in shown and "10.0.0.2" not in shown, shown
+    assert shown.startswith("the host is in provisioning error: ")
+
+
+def test_an_image_naming_an_oci_auth_secret_is_refused_not_copied_to_the_host():
+    image = {**IMAGE, "ociAuthSecretName": "registry-creds"}
+    applied, problem = sync.image_plan(claim(image), host())
+    assert applied is None and "ociAuthSecretName is not supported" in problem
+    held, problem = sync.image_plan(claim(image), host(image=IMAGE))
+    assert held == IMAGE and "ociAuthSecretName" not in held

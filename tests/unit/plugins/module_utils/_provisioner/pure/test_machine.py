@@ -515,3 +515,24 @@ def test_power_is_read_again_at_a_bounded_interval_once_it_agrees():
     # Off behind our back: read, said, and powered on again.
     drifted = m.decide(host(m.PROVISIONED, online=True, image=LIVE, status=GOOD), {m.POWER: "Off"}, ctx())
     assert drifted.status["poweredOn"] is False and drifted.actions == [("power", "On")]
+
+
+@pytest.mark.parametrize("url", ["file:///etc/shadow", "nfs://10.0.0.9/images/x.iso", "ftp://h/x.iso", "x.iso"])
+def test_an_image_url_other_than_http_is_refused_before_any_bmc_fetches_it(url):
+    for image in ({"url": url, "format": "live-iso"}, {**DISK, "url": url}):
+        step = m.decide(host(m.AVAILABLE, online=True, image=image, status=GOOD), {m.POWER: "Off"}, ctx())
+        assert step.status["errorType"] == m.PROVISIONING_ERROR
+        assert step.status["errorMessage"] == "spec.image.url must be an http:// or https:// URL"
+        assert not step.actions
+
+
+def test_an_image_urls_credentials_and_signature_stay_out_of_events_and_last_attempted_image():
+    secret_url = "https://user:s3cret@images.example.com/ubuntu.iso?X-Amz-Signature=abcdef"
+    step = m.decide(
+        host(m.AVAILABLE, online=True, image={"url": secret_url, "format": "live-iso"}, status=GOOD), {}, ctx()
+    )
+    assert step.state == m.PROVISIONING
+    shown = json.dumps([step.event, step.status])
+    assert "s3cret" not in shown and "abcdef" not in shown and "user:" not in shown
+    assert step.status["lastAttemptedImage"]["url"] == "https://***@images.example.com/ubuntu.iso?***"
+    assert m.shown_url("http://images.example.com/a.iso") == "http://images.example.com/a.iso"
