@@ -92,7 +92,7 @@ options:
     default: 1800
   power_poll_interval:
     description:
-      - Seconds after which a host whose power agrees with its spec is read again (RV(hosts[].poll_after)):
+      - Seconds after which a host whose power agrees with its spec is read again (RV(hosts[].poll_after)), so
         a power change made behind the provisioner's back shows in C(status.poweredOn), and on its claim,
         within this bound.
     type: float
