@@ -316,3 +316,21 @@ def test_clean_mode_leaves_no_partition_table_or_signature(tmp_path, media_serve
     assert written[:MIB] == bytes(MIB) and written[-MIB:] == bytes(MIB)
     assert disk.stat().st_size == DISK_SIZE
     assert media.callback_result(media_server[0], token)["status"] == "success"
+
+
+def test_clean_mode_wipes_every_disk_and_reports_each(tmp_path, media_server):
+    # A tenant may have written to any disk: the second one's table and signature must go too.
+    disks = [sparse_disk(tmp_path / "a.img"), sparse_disk(tmp_path / "b.img")]
+    for disk in disks:
+        subprocess.run(["sfdisk", "--quiet", str(disk)], input=b"label: gpt\nstart=2048, type=L\n", check=True)
+    token, iso_path = config_drive(tmp_path, media_server, "clean")
+    argv = [str(WRITER), "--config-drive", str(iso_path), "--work-dir", str(tmp_path)]
+    result = subprocess.run(
+        [*argv, *(f"--disk={disk}" for disk in disks)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for disk in disks:
+        assert subprocess.run(["sfdisk", "--json", str(disk)], capture_output=True, check=False).returncode != 0
+    report = media.callback_result(media_server[0], token)
+    assert report["status"] == "success"
+    assert all(f"metadata cleaned on {disk}" in report["message"] for disk in disks), report

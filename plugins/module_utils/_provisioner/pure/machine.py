@@ -175,7 +175,7 @@ def is_ours(host: dict, namespace_labels: dict) -> bool:
 
 
 def parse_time(timestamp: str) -> datetime.datetime:
-    return datetime.datetime.strptime(timestamp, conditions.TIMESTAMP_FORMAT).replace(tzinfo=datetime.UTC)
+    return datetime.datetime.strptime(timestamp, conditions.TIMESTAMP_FORMAT).replace(tzinfo=datetime.timezone.utc)
 
 
 def seconds_between(earlier: str, later: str) -> float:
@@ -831,7 +831,8 @@ def _deprovisioning(host: dict, observed: dict, ctx: Context) -> Step:
 
 def _cleaned_condition(host: dict, op: dict, ctx: Context) -> list:
     if op.get("cleaned"):
-        status, reason, message = "True", "MetadataCleaned", "partition tables and signatures wiped"
+        status, reason = "True", "MetadataCleaned"
+        message = "partition tables and signatures wiped" + (f": {op['report']}" if op.get("report") else "")
     elif not cleaning_wanted(host):
         status, reason, message = "False", "CleaningDisabled", "automatedCleaningMode is disabled: disks not wiped"
     else:
@@ -861,7 +862,11 @@ def _clean(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> St
     if callback is not None:
 
         def cleaned(host_: dict, step_: Step, ctx_: Context) -> Step:
-            step_.annotations[OPERATION_ANNOTATION] = json.dumps({"kind": "clean", "cleaned": True}, sort_keys=True)
+            # The writer's report, one part per disk: from the writer booted after the power-off (its token).
+            report = str(callback.get("message") or "")[:512]
+            step_.annotations[OPERATION_ANNOTATION] = json.dumps(
+                {"kind": "clean", "cleaned": True, "report": report}, sort_keys=True
+            )
             step_.requeue_after = 1
             return step_
 

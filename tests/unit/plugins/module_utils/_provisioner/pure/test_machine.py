@@ -278,7 +278,10 @@ def test_deprovisioning_with_a_writer_cleans_metadata_first():
     op = json.loads(step.annotations[m.OPERATION_ANNOTATION])
     assert op["kind"] == "clean"
     cleaning = host(m.DEPROVISIONING, status=GOOD, annotations={m.OPERATION_ANNOTATION: json.dumps(op)})
-    finished = m.decide(cleaning, {**idle, m.POWER: "On", m.CALLBACK: {"status": "success"}}, ctx(now=T1))
+    report = "metadata cleaned on /dev/vda; metadata cleaned on /dev/vdb"
+    finished = m.decide(
+        cleaning, {**idle, m.POWER: "On", m.CALLBACK: {"status": "success", "message": report}}, ctx(now=T1)
+    )
     assert json.loads(finished.annotations[m.OPERATION_ANNOTATION])["cleaned"] is True
     cleaned = host(
         m.DEPROVISIONING,
@@ -288,6 +291,7 @@ def test_deprovisioning_with_a_writer_cleans_metadata_first():
     done = m.decide(cleaned, idle, ctx(now=T1))
     assert done.state == m.AVAILABLE
     assert done.status["conditions"][0]["reason"] == "MetadataCleaned"
+    assert done.status["conditions"][0]["message"].endswith(report)  # per disk, as the writer reported
     disabled = host(m.DEPROVISIONING, status=GOOD, automatedCleaningMode="disabled")
     assert m.decide(disabled, idle, ctx()).status["conditions"][0]["reason"] == "CleaningDisabled"
 
