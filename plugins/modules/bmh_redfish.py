@@ -238,6 +238,12 @@ redfish_requests:
   description: HTTP requests made to all BMCs in this run.
   returned: always
   type: int
+media_swept:
+  description:
+    - Media withdrawn because no host records their operation any more and they are older than
+      O(callback_timeout) plus 5 minutes (a step that published and then failed to record them).
+  returned: when any was
+  type: int
 api_calls:
   description:
     - Requests made to the Kubernetes API in this run, by verb (C(list), C(get), C(create), C(replace),

@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shutil
+import time
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import (
     CALLBACK_SUBDIR,
@@ -62,11 +63,29 @@ def callback_path(media_dir: str, token: str) -> str:
     return os.path.join(media_dir, CALLBACK_SUBDIR, token + CALLBACK_SUFFIX)
 
 
-def publish(media_dir: str, filename: str, data: bytes, token: str | None = None) -> tuple[str, str]:
+# The media directory holds at most this much: a config drive is a few MiB at most, one per host in flight.
+MEDIA_DIR_LIMIT = 1024 * 1024 * 1024
+
+
+def _usage(directory: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(directory):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def publish(
+    media_dir: str, filename: str, data: bytes, token: str | None = None, limit: int = MEDIA_DIR_LIMIT
+) -> tuple[str, str]:
     """Make ``data`` downloadable under a fresh token (or a given one, e.g. the one a config drive
-    already carries for its callback). Returns (token, path)."""
+    already carries for its callback). Returns (token, path). Raises ValueError when the media
+    directory would grow past `limit` bytes."""
     token = new_token() if token is None else token
     path = media_path(media_dir, token, filename)
+    if _usage(media_dir) + len(data) > limit:
+        raise ValueError(f"the media directory holds more than {limit // (1024 * 1024)} MiB: nothing more is published")
     _private_dir(media_dir)
     _private_dir(os.path.join(media_dir, MEDIA_SUBDIR))
     _private_dir(os.path.join(media_dir, CALLBACK_SUBDIR))
@@ -90,3 +109,29 @@ def withdraw(media_dir: str, token: str) -> None:
     shutil.rmtree(os.path.join(media_dir, MEDIA_SUBDIR, token), ignore_errors=True)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(callback_path(media_dir, token))
+
+
+def sweep(media_dir: str, owned: set, older_than: float, now: float | None = None) -> list[str]:
+    """Withdraw every token no host records any more (`owned`: the tokens of operations in flight) whose media or
+    callback is older than `older_than` seconds: media published by a step whose host write then failed, or by a
+    provisioner that died in between, stop being servable. Returns the tokens withdrawn."""
+    now = time.time() if now is None else now
+    found = {}
+    for subdir, suffix in ((MEDIA_SUBDIR, ""), (CALLBACK_SUBDIR, CALLBACK_SUFFIX)):
+        with contextlib.suppress(FileNotFoundError):
+            for entry in os.scandir(os.path.join(media_dir, subdir)):
+                if entry.name.startswith(".") or not entry.name.endswith(suffix):
+                    continue
+                token = entry.name[: len(entry.name) - len(suffix)] if suffix else entry.name
+                with contextlib.suppress(OSError):
+                    found[token] = max(found.get(token, 0.0), entry.stat(follow_symlinks=False).st_mtime)
+    swept = []
+    for token, modified in sorted(found.items()):
+        if token in owned or now - modified < older_than:
+            continue
+        try:
+            withdraw(media_dir, token)
+        except ValueError:  # not a token of ours: not ours to remove either
+            continue
+        swept.append(token)
+    return swept

@@ -120,6 +120,7 @@ def provision_hosts(
     results = [work.result for work in works]
     for work in works:
         work.result["api_calls"] = work.kube.counts()
+    swept = _sweep_media(ours, options) if options.media_dir and not check_mode else []
     requeues = [r["requeue_after"] for r in results if r.get("requeue_after") is not None]
     outcome = {
         "changed": any(r["changed"] for r in results),
@@ -128,6 +129,8 @@ def provision_hosts(
         "redfish_requests": sum(r["redfish_requests"] for r in results),
         "states": _count_states(results),
     }
+    if swept:
+        outcome["media_swept"] = len(swept)
     if diff:
         outcome["writes"] = [write for work in works for write in work.writes]
     return outcome
@@ -526,6 +529,18 @@ def _carry_out(kube, host: dict, step: machine.Step, bmc: _Bmc | None, ctx: mach
         failure.actions = step.actions
         return failure
     return step
+
+
+# Unrecorded media older than the callback timeout plus this are withdrawn (a step publishes before it records).
+SWEEP_GRACE = 300.0
+
+
+def _sweep_media(hosts: list[dict], options: Options) -> list[str]:
+    """Media whose operation no host records (its recording write failed, its provisioner died) stop being servable
+    once older than any operation could be. A shard sharing the media directory records its own hosts' tokens: theirs
+    are left alone that long too."""
+    owned = {machine.operation(h).get("token") for h in hosts} - {None, ""}
+    return media.sweep(options.media_dir, owned, options.settings.callback_timeout + SWEEP_GRACE)
 
 
 def _publish(kube, host: dict, mode: str, token: str, options: Options) -> None:

@@ -117,3 +117,27 @@ def test_tokens_are_redacted_in_log_text():
     line = mediaserver.redact(f"GET /media/{token}/config-drive.iso HTTP/1.1")
     assert token not in line and f"/media/{token[:6]}.../config-drive.iso" in line
     assert protocol.redact(token) == token[:6] + "..."
+
+
+def test_media_no_host_records_are_swept_once_older_than_any_operation(tmp_path):
+    directory = str(tmp_path)
+    orphan, orphan_path = media.publish(directory, "config-drive.iso", b"iso")  # its host write failed
+    owned, owned_path = media.publish(directory, "config-drive.iso", b"iso")
+    _fresh, fresh_path = media.publish(directory, "config-drive.iso", b"iso")  # this step's, not yet recorded
+    mediaserver.MediaStore(directory).record_callback(orphan, {"status": "success", "message": "late"})
+    now = os.path.getmtime(orphan_path)
+    old = now - 4000
+    for token in (orphan, owned):
+        os.utime(os.path.dirname(media.media_path(directory, token, "config-drive.iso")), (old, old))
+    os.utime(media.callback_path(directory, orphan), (old, old))
+    assert media.sweep(directory, {owned}, older_than=2100, now=now) == [orphan]
+    assert not os.path.exists(orphan_path) and media.callback_result(directory, orphan) is None
+    assert os.path.exists(owned_path) and os.path.exists(fresh_path)
+    assert not mediaserver.MediaStore(directory).token_exists(orphan)
+    assert media.sweep(directory, {owned}, older_than=2100, now=now) == []  # idempotent
+
+
+def test_the_media_directory_is_bounded(tmp_path):
+    media.publish(str(tmp_path), "config-drive.iso", b"x" * 600)
+    with pytest.raises(ValueError, match="media directory holds more than"):
+        media.publish(str(tmp_path), "config-drive.iso", b"x" * 600, limit=1000)
