@@ -25,6 +25,11 @@ description:
     status, an Event or this module's result.
   - Deleting the local claim deletes the remote one; the local finalizer C(metalclaim.io/remote) goes once the
     remote claim is gone (released by the hardware cluster). Claims of any other kind are not touched.
+  - A hardware cluster is the tenant's choice and may never answer. Every request to it (discovery included) has
+    5 s to connect and 10 s per read, with no retry and no redirect followed, and each claim 20 s there in all per
+    run; then C(RemoteCluster) says it did not answer (C(Unreachable), the error's type only) and the claim's
+    C(requeue_after) grows with the time it has not answered (5 s, then about doubling, at most 300 s). A cluster
+    that did not answer is asked once per run; claims whose cluster answered last time go first.
   - The contract (what crosses, which way) is in C(docs/remote.md).
 author:
   - metalclaim maintainers (@metalclaim)
@@ -89,7 +94,9 @@ claims:
       description: Why, when the claim is not mirrored.
       type: str
     requeue_after:
-      description: Seconds after which the claim should be looked at again (the hardware cluster is polled).
+      description:
+        - Seconds after which the claim should be looked at again (the hardware cluster is polled); for C(unreachable),
+          the longer the hardware cluster has not answered, the longer (at most 300).
       type: float
     changed:
       description: Whether anything was written for this claim.

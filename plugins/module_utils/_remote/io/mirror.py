@@ -10,10 +10,17 @@ changes. On deletion the remote claim is deleted, and the local finalizer remove
 the remote claim is gone (its own finalizer holds it while the hardware cluster releases
 the host). A kubeconfig's contents never leave this file: messages name fields, transport
 failures their exception type only (their text holds the server's address).
+
+A hardware cluster is the tenant's choice and may never answer: each claim has CLAIM_DEADLINE
+seconds in it per run (every request bounded, _remote/io/client.py), a cluster that did not
+answer is not asked again in the same run, and the claim comes back later the longer it has
+not answered (_remote/pure/mirror.py unreachable_after); claims whose cluster answered last
+time go first.
 """
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 import time
@@ -23,13 +30,20 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
     TRANSPORT_ERRORS,
     AlreadyExistsError,
     ConflictError,
-    Kube,
     KubeConfigError,
     KubeError,
     RefusedError,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.io.client import (
+    CLAIM_DEADLINE,
+    Clients,
+    Deadline,
+    DeadlineExceeded,
+    RemoteKube,
+    hard_deadline,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure import kubeconfig as kc
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure import mirror as m
 
@@ -38,9 +52,9 @@ try:
 except ImportError:  # pragma: no cover - ansible-core brings PyYAML
     yaml = None
 
-# Seconds before a claim is looked at again: the hardware cluster is polled, not watched.
-POLL_UNREACHABLE = 5.0
-REMOTE_REQUEST_TIMEOUT = 10.0
+# Hardware clusters that did not answer this run, remembered (at most this many) so that the other claims naming
+# the same one are not held up by it again.
+UNANSWERED_KEPT = 64
 
 
 class _Unreachable(Exception):
@@ -57,15 +71,29 @@ class _Stop(Exception):
 
 
 class RemoteRun:
-    def __init__(self, kube, wanted, check_mode: bool, allowed_namespaces, timestamp: str, client_factory=None):
+    def __init__(
+        self,
+        kube,
+        wanted,
+        check_mode: bool,
+        allowed_namespaces,
+        timestamp: str,
+        client_factory=None,
+        deadline: float = CLAIM_DEADLINE,
+    ):
         self.kube = kube
         self.wanted = wanted
         self.check_mode = check_mode
         self.allowed = kc.compile_allowed(allowed_namespaces)
         self.timestamp = timestamp
-        self.client_factory = client_factory or Kube.from_kubeconfig_dict
-        self.remote_clients: list = []  # every remote client built, for their request counts
-        self._clients: dict = {}
+        # (checked kubeconfig, Deadline) -> a client whose every request the Deadline bounds.
+        self.client_factory = client_factory or RemoteKube.connect
+        self.deadline = Deadline(deadline)  # started again for each claim
+        # The request counts of every remote client built (kept when the client itself is dropped).
+        self.remote_calls: list = []
+        self._clients = Clients()
+        self._unanswered: collections.OrderedDict = collections.OrderedDict()  # client key -> why, this run
+        self._key = None  # the client key of the claim being mirrored
         self.local_writes = 0
         self.status_fields: list = []  # status fields written this run (what changed), for the result
 
@@ -74,42 +102,64 @@ class RemoteRun:
         if self.wanted:
             keys = {(w["namespace"], w["name"]) for w in self.wanted}
             claims = [c for c in claims if (c["metadata"]["namespace"], c["metadata"]["name"]) in keys]
-        return sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp") or "", c["metadata"]["name"]))
+        return sorted(claims, key=m.mirror_order)
+
+    def start_claim(self) -> None:
+        self.deadline.start()
+        self._key = None
 
     def remote_client(self, target: kc.Target):
         key = (target.server, repr(sorted(target.config["users"][0]["user"].items())))
-        if key not in self._clients:
+        self._key = key
+        if key in self._unanswered:  # asked once a run: the next claims naming it are not held up again
+            raise _Unreachable(self._unanswered[key])
+        client = self._clients.get(key)
+        if client is None:
             try:
-                client = self.client_factory(target.config, REMOTE_REQUEST_TIMEOUT)
+                client = self.call(self.client_factory, target.config, self.deadline)
             except KubeConfigError as error:
                 raise _Stop(kc.KUBECONFIG_REFUSED, str(error)) from None
-            except KubeError as error:
-                cause = error.__cause__
-                if isinstance(cause, TRANSPORT_ERRORS):
-                    raise _Unreachable(f"no answer from the hardware cluster ({type(cause).__name__})") from None
-                raise _Stop(m.REMOTE_ERROR, f"the hardware cluster refused the connection: {error}") from None
-            self._clients[key] = client
-            self.remote_clients.append(client)
-        return self._clients[key]
+            except _Stop as stop:
+                raise _Stop(m.REMOTE_ERROR, f"the hardware cluster refused the connection: {stop}") from None
+            self._clients.put(key, client)
+            calls = getattr(client, "calls", None)  # a Counter the client keeps counting in (empty: falsy)
+            self.remote_calls.append({} if calls is None else calls)
+        return client
+
+    def call(self, function, *args, **kwargs):
+        """A request to the hardware cluster (or a client's discovery) within the claim's deadline. No answer ->
+        _Unreachable, its address left out of the message; any other refusal or error -> _Stop."""
+        if self.deadline.passed():
+            raise self._unreachable(DeadlineExceeded())
+        try:
+            with hard_deadline(self.deadline.remaining()):
+                return function(*args, **kwargs)
+        except (RefusedError, ConflictError, AlreadyExistsError):
+            raise
+        except DeadlineExceeded as error:  # the hard deadline, outside the client's own error handling
+            raise self._unreachable(error) from None
+        except KubeError as error:
+            cause = error.__cause__
+            if isinstance(cause, TRANSPORT_ERRORS):
+                raise self._unreachable(cause) from None
+            if getattr(cause, "status", None) in (401, 403):  # a read the identity may not make
+                raise _Stop(m.FORBIDDEN, f"{error}: {_server_message(cause)}".rstrip(": ")) from None
+            raise _Stop(m.REMOTE_ERROR, str(error)) from None  # the request and the status, no address
+
+    def _unreachable(self, cause: Exception) -> _Unreachable:
+        """The claim's hardware cluster did not answer: remembered for this run, its client dropped (a request cut
+        short may have left a connection mid-answer)."""
+        message = m.unanswered_message(type(cause).__name__, self.deadline.passed(), self.deadline.seconds)
+        if self._key is not None:
+            self._clients.drop(self._key)
+            self._unanswered[self._key] = message
+            while len(self._unanswered) > UNANSWERED_KEPT:
+                self._unanswered.popitem(last=False)
+        return _Unreachable(message)
 
     def local_write(self, function, *args):
         self.local_writes += 1
         return function(*args)
-
-
-def _remote_call(function, *args, **kwargs):
-    """A request to the hardware cluster; no answer -> _Unreachable (its address left out of the message)."""
-    try:
-        return function(*args, **kwargs)
-    except (RefusedError, ConflictError, AlreadyExistsError):
-        raise
-    except KubeError as error:
-        cause = error.__cause__
-        if isinstance(cause, TRANSPORT_ERRORS):
-            raise _Unreachable(f"no answer from the hardware cluster ({type(cause).__name__})") from None
-        if getattr(cause, "status", None) in (401, 403):  # a read the identity may not make
-            raise _Stop(m.FORBIDDEN, f"{error}: {_server_message(cause)}".rstrip(": ")) from None
-        raise _Stop(m.REMOTE_ERROR, str(error)) from None  # its message: the request and the status, no address
 
 
 def _server_message(api_error) -> str:
@@ -122,6 +172,7 @@ def _server_message(api_error) -> str:
 def mirror_claims(run: RemoteRun) -> dict:
     results = []
     for claim in run.claims():
+        run.start_claim()
         try:
             results.append(_mirror(run, claim))
         except ConflictError as error:  # the local claim changed under us: the next run starts again
@@ -133,7 +184,7 @@ def mirror_claims(run: RemoteRun) -> dict:
         "claims": results,
         "local_writes": run.local_writes,
         "status_fields_written": sorted(set(run.status_fields)),
-        "remote_api_calls": _summed(run.remote_clients),
+        "remote_api_calls": _summed(run.remote_calls),
     }
 
 
@@ -142,10 +193,10 @@ def _failed(claim: dict, state: str, error: Exception) -> dict:
     return {"namespace": namespace, "name": name, "state": state, "message": str(error), "changed": False}
 
 
-def _summed(clients) -> dict:
+def _summed(counts) -> dict:
     total: dict = {}
-    for client in clients:
-        for verb, count in (getattr(client, "calls", None) or {}).items():
+    for calls in counts:
+        for verb, count in calls.items():
             total[verb] = total.get(verb, 0) + count
     return dict(sorted(total.items()))
 
@@ -188,15 +239,15 @@ def _mirror(run: RemoteRun, claim: dict) -> dict:
         mirrored, state = ("Unknown", m.UNREACHABLE, "the hardware cluster did not answer"), "unreachable"
         remote = None
     result["changed"] = _write_back(run, claim, remote, reachable, mirrored, stored) or result["changed"]
-    result.update(state=state, reason=mirrored[1], requeue_after=_poll(state, remote))
+    result.update(state=state, reason=mirrored[1], requeue_after=_poll(state, remote, stored))
     if mirrored[0] != "True":
         result["message"] = mirrored[2]
     return result
 
 
-def _poll(state: str, remote: dict | None) -> float | None:
-    if state == "unreachable":
-        return POLL_UNREACHABLE
+def _poll(state: str, remote: dict | None, stored: dict) -> float | None:
+    if state == "unreachable":  # backs off: the longer it has not answered, the later it is asked again
+        return m.unreachable_after(stored, time.time())
     if state == "refused":
         return None  # a local change (claim, Secret) brings it back
     return m.poll_after(remote, time.time())
@@ -236,7 +287,7 @@ def _apply(run: RemoteRun, claim: dict, client, target: kc.Target) -> tuple[dict
     namespace = target.namespace
     name = claim["metadata"]["name"]
     changed = False
-    existing = _remote_call(client.get, API_VERSION, "HostClaim", name, namespace)
+    existing = run.call(client.get, API_VERSION, "HostClaim", name, namespace)
     if existing is not None and not m.is_ours(existing, claim):
         stop = _Stop(m.NAME_TAKEN, f"a HostClaim {name!r} not made for this claim exists in namespace {namespace!r}")
         raise stop
@@ -248,7 +299,7 @@ def _apply(run: RemoteRun, claim: dict, client, target: kc.Target) -> tuple[dict
             changed = True
             if not run.check_mode:
                 write = client.create if existing is None else client.replace
-                existing = _remote_call(write, wanted)
+                existing = run.call(write, wanted)
             else:
                 existing = wanted
     except RefusedError as error:
@@ -264,14 +315,14 @@ def _apply(run: RemoteRun, claim: dict, client, target: kc.Target) -> tuple[dict
 def _copy_data(run: RemoteRun, claim: dict, client, namespace: str, role: str) -> bool:
     copy_name = m.copy_name(claim["metadata"]["name"], role)
     ref = (claim.get("spec") or {}).get(role) or {}
-    existing = _remote_call(client.get, "v1", "Secret", copy_name, namespace)
+    existing = run.call(client.get, "v1", "Secret", copy_name, namespace)
     if existing is not None and not m.is_ours(existing, claim):
         raise _Stop(m.NAME_TAKEN, f"a Secret {copy_name!r} not made for this claim exists in namespace {namespace!r}")
     if not ref.get("name"):
         if existing is None:
             return False
         if not run.check_mode:
-            _remote_call(client.delete, "v1", "Secret", copy_name, namespace, uid=existing["metadata"].get("uid", ""))
+            run.call(client.delete, "v1", "Secret", copy_name, namespace, uid=existing["metadata"].get("uid", ""))
         return True
     refusal = m.cross_namespace(claim, role)
     if refusal:  # refused before anything is read
@@ -285,26 +336,26 @@ def _copy_data(run: RemoteRun, claim: dict, client, namespace: str, role: str) -
         return False
     if not run.check_mode:
         if existing is None:
-            _remote_call(client.create, wanted)
+            run.call(client.create, wanted)
         else:
             updated = copy.deepcopy(existing)
             updated["data"] = wanted["data"]
             updated["metadata"].setdefault("labels", {}).update(wanted["metadata"]["labels"])
             updated["metadata"].setdefault("annotations", {}).update(wanted["metadata"]["annotations"])
-            _remote_call(client.replace, updated)
+            run.call(client.replace, updated)
     return True
 
 
 def _delete(run: RemoteRun, claim: dict, client, target: kc.Target, result: dict) -> dict:
     namespace, name = target.namespace, claim["metadata"]["name"]
-    remote = _remote_call(client.get, API_VERSION, "HostClaim", name, namespace)
+    remote = run.call(client.get, API_VERSION, "HostClaim", name, namespace)
     reachable = ("True", m.REACHABLE, f"hardware cluster namespace {namespace!r}")
     if remote is not None and m.is_ours(remote, claim):
         if not remote["metadata"].get("deletionTimestamp"):
             result["changed"] = True
             if not run.check_mode:
-                _remote_call(client.delete, API_VERSION, "HostClaim", name, namespace, uid=remote["metadata"]["uid"])
-                remote = _remote_call(client.get, API_VERSION, "HostClaim", name, namespace)
+                run.call(client.delete, API_VERSION, "HostClaim", name, namespace, uid=remote["metadata"]["uid"])
+                remote = run.call(client.get, API_VERSION, "HostClaim", name, namespace)
         if remote is not None:
             mirrored = ("False", m.DELETING, f"waiting for HostClaim {name} in the hardware cluster to be released")
             result["changed"] = _write_back(run, claim, remote, reachable, mirrored) or result["changed"]
@@ -312,11 +363,11 @@ def _delete(run: RemoteRun, claim: dict, client, target: kc.Target, result: dict
             return result
     for role in DATA_ROLES:
         copy_name = m.copy_name(name, role)
-        existing = _remote_call(client.get, "v1", "Secret", copy_name, namespace)
+        existing = run.call(client.get, "v1", "Secret", copy_name, namespace)
         if existing is not None and m.is_ours(existing, claim):
             result["changed"] = True
             if not run.check_mode:
-                _remote_call(client.delete, "v1", "Secret", copy_name, namespace, uid=existing["metadata"]["uid"])
+                run.call(client.delete, "v1", "Secret", copy_name, namespace, uid=existing["metadata"]["uid"])
     _drop_finalizer(run, claim)
     run_event(run, claim, "Normal", "RemoteReleased", f"HostClaim {name} deleted in the hardware cluster")
     result.update(state="released", changed=True)

@@ -62,6 +62,11 @@ COPY_OF_LABEL = "metalclaim.io/mirror-of-claim"  # on remote Secret copies: the 
 POLL_STEADY = 30.0
 POLL_CHANGING = 2.0
 POLL_QUIET_FRACTION = 0.25  # not Ready: poll after a quarter of the time since its last transition
+# A hardware cluster that does not answer is asked again after POLL_UNREACHABLE seconds, then after as long as it
+# has not answered (each delay about doubling), at most POLL_UNREACHABLE_MAX: one that never answers costs a
+# run every few minutes, not every few seconds.
+POLL_UNREACHABLE = 5.0
+POLL_UNREACHABLE_MAX = 300.0
 
 # Conditions of a remote claim, besides those the hardware cluster's claim layer writes.
 REMOTE_CLUSTER = "RemoteCluster"
@@ -280,10 +285,39 @@ def poll_after(remote: dict | None, now: float) -> float:
     return min(POLL_STEADY, max(POLL_CHANGING, (now - latest) * POLL_QUIET_FRACTION))
 
 
+def unreachable_after(local: dict, now: float) -> float:
+    """Seconds until a claim whose hardware cluster did not answer is looked at again, from its RemoteCluster
+    condition before this run: POLL_UNREACHABLE the first time, then the time since it turned False (so each delay
+    about doubles), at most POLL_UNREACHABLE_MAX. Kept on the claim: a restarted controller backs off the same."""
+    conditions = (local.get("status") or {}).get("conditions") or []
+    reachable = cond.find(conditions, REMOTE_CLUSTER) or {}
+    if reachable.get("status") != "False":
+        return POLL_UNREACHABLE
+    since = now - _epoch(reachable.get("lastTransitionTime"))
+    return min(POLL_UNREACHABLE_MAX, max(POLL_UNREACHABLE, since))
+
+
+def unanswered_message(error_type: str, late: bool, deadline: float) -> str:
+    """The RemoteCluster message of a hardware cluster that did not answer: the error's type only (its text holds
+    the server's address), or that the claim's time there ran out."""
+    if late:
+        return f"the hardware cluster did not answer within the {deadline:g} s a claim may take there per run"
+    return f"the hardware cluster did not answer ({error_type})"
+
+
+def mirror_order(local: dict) -> tuple:
+    """The order of a run's claims: those whose hardware cluster answered last time first (one that does not
+    answer takes up to a claim's deadline), then by creation and name."""
+    conditions = (local.get("status") or {}).get("conditions") or []
+    unanswered = (cond.find(conditions, REMOTE_CLUSTER) or {}).get("status") == "False"
+    meta = local["metadata"]
+    return (unanswered, meta.get("creationTimestamp") or "", meta["name"])
+
+
 def _epoch(timestamp: str | None) -> float:
     """An RFC 3339 time as the API server writes it (UTC, 'Z'), in seconds; 0 when absent or malformed."""
     try:
         parsed = datetime.datetime.strptime(timestamp or "", cond.TIMESTAMP_FORMAT)
     except ValueError:
         return 0.0
-    return parsed.replace(tzinfo=datetime.UTC).timestamp()
+    return parsed.replace(tzinfo=datetime.timezone.utc).timestamp()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure import mirror as m
@@ -166,3 +167,56 @@ def test_a_remote_claim_is_polled_fast_while_it_changes_and_slower_while_it_wait
     assert m.poll_after(waiting_an_hour, now) == m.POLL_STEADY
     # A time it cannot read counts as long ago: never a busy loop.
     assert m.poll_after(_remote_with(("Association", "False", "yesterday")), now) == m.POLL_STEADY
+
+
+def _stamp(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_hardware_cluster_that_does_not_answer_is_asked_again_later_and_later():
+    """Issue 22: each run the silent cluster costs (here 5 s, the connect timeout); the claim comes back after an
+    increasing delay, kept on the claim (RemoteCluster's transition), not every 5 s for ever."""
+    start = datetime.datetime(2026, 11, 24, 12, 0, 0, tzinfo=datetime.UTC).timestamp()
+    claim, now, delays = local(), start, []
+    unanswered = ("False", m.UNREACHABLE, m.unanswered_message("ReadTimeoutError", False, 20))
+    for _run in range(8):
+        delays.append(m.unreachable_after(claim, now))
+        status = m.local_status(claim, None, unanswered, ("Unknown", m.UNREACHABLE, "x"), _stamp(now))
+        claim = {**claim, "status": status}
+        now += 5 + delays[-1]  # the run's cost, then the delay
+    assert delays[0] == m.POLL_UNREACHABLE
+    assert all(later > earlier for earlier, later in itertools.pairwise(delays[:6])), delays
+    assert delays[5] >= 8 * delays[0] and max(delays) == m.POLL_UNREACHABLE_MAX, delays
+    # Eight runs in more than ten minutes, where a fixed 5 s delay made 60.
+    assert now - start > 600
+    # Answering again starts over: the next outage is retried soon again.
+    answered = m.local_status(claim, None, ("True", m.REACHABLE, "ns"), ("True", m.SYNCED, "x"), _stamp(now))
+    assert m.unreachable_after({**claim, "status": answered}, now + 3600) == m.POLL_UNREACHABLE
+    # A transition time it cannot read counts as long ago: the longest delay, never a busy loop.
+    claim["status"]["conditions"][0]["lastTransitionTime"] = "yesterday"
+    assert m.unreachable_after(claim, now) == m.POLL_UNREACHABLE_MAX
+
+
+def test_a_silent_cluster_is_named_by_the_error_type_only_and_the_deadline_said():
+    assert m.unanswered_message("ConnectTimeoutError", False, 20) == (
+        "the hardware cluster did not answer (ConnectTimeoutError)"
+    )
+    assert m.unanswered_message("ReadTimeoutError", True, 20.0) == (
+        "the hardware cluster did not answer within the 20 s a claim may take there per run"
+    )
+
+
+def test_claims_whose_cluster_answered_go_before_those_whose_did_not():
+    def claim(name: str, created: str, reachable: str | None) -> dict:
+        found = local()
+        found["metadata"].update(name=name, creationTimestamp=created)
+        if reachable:
+            found["status"] = {"conditions": [{"type": m.REMOTE_CLUSTER, "status": reachable}]}
+        return found
+
+    claims = [
+        claim("silent", "2026-01-01T00:00:00Z", "False"),
+        claim("new", "2026-01-03T00:00:00Z", None),
+        claim("old", "2026-01-02T00:00:00Z", "True"),
+    ]
+    assert [c["metadata"]["name"] for c in sorted(claims, key=m.mirror_order)] == ["old", "new", "silent"]
