@@ -125,6 +125,10 @@ class Controller:
         self._leader_thread: threading.Thread | None = None
         self.runners: list[Runner] = []
         self.standbys: list[Standby] = []  # one per slot with --standby (the slot's two runners)
+        # A runner slot of their own for remote claims, beside --runner-slots, when other work shares the process:
+        # a hardware cluster that answers slowly (or never, until the claim's deadline) never delays that work.
+        self._remote_slot: int | None = None
+        self._remote_runner: Runner | None = None
         self._standby_dir: Path | None = None
         self._cancel_run = threading.Event()
         self._release_lease = threading.Event()  # set once no run is in flight: only then may another leader start
@@ -279,6 +283,8 @@ class Controller:
 
     def _run(self, slot: int, group: str, playbook: str, extravars: dict):
         """The batch's run: handed to the slot's standby run when there is one, else a cold run."""
+        if slot == self._remote_slot:
+            return self._remote_runner.run(playbook, extravars, self._cancel_run)
         if not self.standbys:
             return self.runners[slot].run(playbook, extravars, self._cancel_run)
         standby = self.standbys[slot]
@@ -302,11 +308,12 @@ class Controller:
                 quiet=self.settings.batch_quiet,
                 max_wait=self.settings.batch_max_wait,
                 timeout=0.5,
+                accept=self._accepts(slot),
             )
             if keys is None:
                 return
             if not keys:
-                if self.standbys:
+                if slot < len(self.standbys):
                     self.standbys[slot].maintain()
                 continue
             try:
@@ -318,6 +325,14 @@ class Controller:
             finally:
                 self.queue.done(keys)
                 self.metrics.depth.set(len(self.queue))
+
+    def _accepts(self, slot: int):
+        """The keys a slot takes: with a remote slot, remote claims there and only there."""
+        if self._remote_slot is None:
+            return None
+        if slot == self._remote_slot:
+            return lambda key: key[0] == mapper.REMOTE
+        return lambda key: key[0] != mapper.REMOTE
 
     def _resync(self) -> None:
         while not self.stop.wait(self.settings.resync_period):
@@ -420,6 +435,12 @@ class Controller:
             for slot in range(settings.runner_slots)
             for runner in range(per_slot)
         ]
+        if remote_slot_wanted(settings):
+            self._remote_slot = settings.runner_slots
+            self._remote_runner = Runner(
+                settings.private_data_dir / "remote", envvars, keep_artifacts=settings.keep_artifacts
+            )
+            self.runners.append(self._remote_runner)  # closed with the others
         if standby:
             # A short path (sockets: 107 bytes at most), a directory only this user can enter (mkdtemp: 0700).
             self._standby_dir = Path(tempfile.mkdtemp(prefix="metalclaim-standby-"))
@@ -459,9 +480,10 @@ class Controller:
             self._leader_thread.start()
         else:
             self.metrics.leader.set(1)
+        slots = settings.runner_slots + (self._remote_slot is not None)
         self._dispatchers = [
             threading.Thread(target=self._dispatch, args=(slot,), name=f"dispatcher-{slot}", daemon=True)
-            for slot in range(settings.runner_slots)
+            for slot in range(slots)
         ]
         for dispatcher in self._dispatchers:
             dispatcher.start()
@@ -476,6 +498,7 @@ class Controller:
             infra_namespaces=list(settings.infra_namespaces),
             leader_elect=settings.leader_elect,
             runner_slots=settings.runner_slots,
+            remote_slot=self._remote_slot is not None,
             standby=bool(self.standbys),
         )
 
@@ -509,6 +532,15 @@ class Controller:
         if self.leader is not None and self._leader_thread is not threading.current_thread():
             self._leader_thread.join(5)
         log("stopped")
+
+
+def remote_slot_wanted(settings: Settings) -> bool:
+    """Whether remote claims get a runner slot of their own: when they are served beside other work (baremetal
+    claims, hosts, Tenants), which then never waits behind a remote run (issue 22)."""
+    sides = settings.scope.sides
+    if CLAIMS not in sides or mapper.REMOTE_KIND not in settings.kinds:
+        return False
+    return mapper.BAREMETAL_KIND in settings.kinds or PROVISIONER in sides or TENANTS in sides
 
 
 def _runner_dir(private: Path, slot: int, slots: int, runner: int, per_slot: int) -> Path:

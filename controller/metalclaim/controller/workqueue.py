@@ -18,7 +18,8 @@ Semantics (those of client-go's ``workqueue``, with priorities and batches added
 * **Batches** -- ``get_batch`` takes the best ready key, then keeps collecting ready keys of the same
   group (kind, by default) until the flow of new keys stops for ``quiet`` seconds, ``max_wait`` seconds
   pass, or ``max_size`` keys are collected. Idle, one key waits about ``quiet``; in a storm the batch
-  grows by itself up to ``max_wait``.
+  grows by itself up to ``max_wait``. A consumer may take only the keys its ``accept`` takes (a runner slot
+  kept for one kind of work); the others stay queued, in their order, for the other consumers.
 * **Shutdown** -- wakes every waiter; ``get_batch`` returns ``None`` from then on and ``add`` is ignored.
 
 One ``threading.Condition`` guards everything; waits are timed to the next deadline (the next delayed
@@ -188,6 +189,7 @@ class WorkQueue:
         quiet: float = 0.02,
         max_wait: float = 0.25,
         timeout: float | None = None,
+        accept: Callable[[Hashable], bool] | None = None,
     ) -> list[Hashable] | None:
         """Take a batch of ready keys of one group and mark them processing; call :meth:`done` with it after.
 
@@ -197,7 +199,8 @@ class WorkQueue:
         until no new one became ready for ``quiet`` seconds, ``max_wait`` seconds passed since the first was
         taken, or ``max_size`` keys are in the batch. New keys are looked for when the quiet period would end,
         so ``max_size`` also cuts at such a look. If the queue shuts down while a batch is being collected,
-        its keys go back to the queue and ``None`` is returned.
+        its keys go back to the queue and ``None`` is returned. With ``accept``, only keys it accepts are taken
+        (the best of them first) and the others are left queued.
         """
         taken: list[tuple[Hashable, _Item, float]] = []  # (key, item, time taken); on_get is called after the lock
         with self._cond:
@@ -207,7 +210,7 @@ class WorkQueue:
                     return None
                 now = self._clock()
                 self._promote(now)
-                first = self._pop_best()
+                first = self._pop_best() if accept is None else self._best_accepted(accept)
                 if first is not None:
                     break
                 if deadline is not None and now >= deadline:
@@ -222,7 +225,7 @@ class WorkQueue:
             batch_group = group(first[0])
             started = last_new = now
             while len(batch) < max_size:
-                for key, item in self._take_group(group, batch_group, max_size - len(batch), now, taken):
+                for key, item in self._take_group(group, batch_group, max_size - len(batch), now, taken, accept):
                     batch.append(key)
                     last_new = max(last_new, item.ready_at)
                 if len(batch) >= max_size:
@@ -300,6 +303,16 @@ class WorkQueue:
                 return key, item
         return None
 
+    def _best_accepted(self, accept: Callable[[Hashable], bool]) -> tuple[Hashable, _Item] | None:
+        """The best ready key ``accept`` accepts, or None; left in the ready heap, whose entry goes stale when it is
+        taken (a scan, as ``_take_group``'s: the others keep their places)."""
+        best = None
+        for entry in self._ready:
+            item = self._queued.get(entry[3])
+            if item is not None and item.seq == entry[2] and (best is None or entry < best) and accept(entry[3]):
+                best = entry
+        return None if best is None else (best[3], self._queued[best[3]])
+
     def _take(self, key: Hashable, item: _Item, now: float, taken: list[tuple[Hashable, _Item, float]]) -> None:
         del self._queued[key]
         self._processing.add(key)
@@ -312,12 +325,14 @@ class WorkQueue:
         room: int,
         now: float,
         taken: list[tuple[Hashable, _Item, float]],
+        accept: Callable[[Hashable], bool] | None = None,
     ) -> list[tuple[Hashable, _Item]]:
-        """Take up to ``room`` ready keys of ``batch_group``, best first. Their heap entries go stale."""
+        """Take up to ``room`` ready keys of ``batch_group`` (that ``accept`` accepts), best first. Their heap
+        entries go stale."""
         candidates = sorted(
             (item.priority, item.ready_at, item.seq, key)
             for key, item in self._queued.items()
-            if item.ready_at <= now and group(key) == batch_group
+            if item.ready_at <= now and group(key) == batch_group and (accept is None or accept(key))
         )[:room]
         new = []
         for _priority, _ready_at, _seq, key in candidates:

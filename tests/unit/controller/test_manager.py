@@ -95,3 +95,58 @@ def test_a_bad_allowed_namespace_pattern_is_a_flag_error(capsys):
         cli.main(["--kinds", "remote", "--remote-allowed-namespaces", "hw-.*,tenant-("])
     assert exit_.value.code == 2
     assert "--remote-allowed-namespaces: allowed_namespaces: 'tenant-('" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("sides", "kinds", "wanted"),
+    [
+        (("claims",), ("baremetal", "remote"), True),
+        (("claims",), ("remote",), False),  # remote claims alone: every slot is theirs
+        (("claims",), ("baremetal",), False),
+        (("claims", "provisioner"), ("remote",), True),
+        (("claims", "tenants"), ("remote",), True),
+        (("provisioner",), ("remote",), False),  # no claims side: no remote claim served
+    ],
+)
+def test_remote_claims_get_a_slot_of_their_own_only_beside_other_work(sides, kinds, wanted):
+    from metalclaim.controller.manager import remote_slot_wanted
+    from metalclaim.controller.scope import Scope
+
+    assert remote_slot_wanted(Settings(kinds=kinds, scope=Scope(sides=sides))) is wanted
+
+
+def test_a_baremetal_batch_never_waits_behind_a_remote_one():
+    """Issue 22: one runner slot, a remote run held (a hardware cluster that does not answer); a baremetal claim
+    created meanwhile runs at once, on the slot the remote run does not take."""
+    import threading
+    import time
+
+    controller = Controller(Settings(kinds=("baremetal", "remote"), runner_slots=1), api_client=None)
+    controller._remote_slot = 1
+    ran, held = [], threading.Event()
+
+    def run_batch(keys, slot):
+        ran.append((slot, keys))
+        if keys[0][0] == "remote":
+            held.wait(10)
+
+    controller._run_batch = run_batch
+    dispatchers = [threading.Thread(target=controller._dispatch, args=(slot,), daemon=True) for slot in (0, 1)]
+    for dispatcher in dispatchers:
+        dispatcher.start()
+    try:
+        controller.queue.add(("remote", "tenant-a", "silent"))
+        deadline = time.monotonic() + 5
+        while not ran and time.monotonic() < deadline:
+            time.sleep(0.01)
+        controller.queue.add(("claim", "tenant-a", "c1"))
+        while len(ran) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not held.is_set()
+        assert ran == [(1, [("remote", "tenant-a", "silent")]), (0, [("claim", "tenant-a", "c1")])]
+    finally:
+        held.set()
+        controller.stop.set()
+        controller.queue.shutdown()
+        for dispatcher in dispatchers:
+            dispatcher.join(5)

@@ -352,6 +352,46 @@ def test_custom_group_function(queue: WorkQueue) -> None:
     assert queue.get_batch(**by_namespace) == [("claim", "tenant-b", "c2")]
 
 
+def remote(name: str) -> tuple[str, str, str]:
+    return ("remote", "tenant-a", name)
+
+
+def test_a_consumer_takes_only_the_keys_it_accepts_and_leaves_the_others_in_order(
+    queue: WorkQueue, clock: FakeClock
+) -> None:
+    """Issue 22: a runner slot kept for remote claims, the others never taking them."""
+    queue.add(remote("r1"))
+    clock.advance(0.1)
+    queue.add(claim("c1"))
+    clock.advance(0.1)
+    queue.add(remote("r2"), RESYNC)
+    clock.advance(0.1)
+    queue.add(host("h1"))
+    not_remote = {"accept": lambda key: key[0] != "remote", **NOW}
+    only_remote = {"accept": lambda key: key[0] == "remote", **NOW}
+    assert queue.get_batch(**not_remote) == [claim("c1")]  # r1 is older and better: not this consumer's
+    assert queue.get_batch(**only_remote) == [remote("r1"), remote("r2")]
+    assert queue.get_batch(**only_remote) == []
+    assert queue.get_batch(**not_remote) == [host("h1")]
+    assert len(queue) == 0
+
+
+def test_a_consumer_waiting_for_its_keys_wakes_for_one_and_not_for_the_others() -> None:
+    q = WorkQueue()
+    result = []
+    t = threading.Thread(
+        target=lambda: result.append(q.get_batch(accept=lambda key: key[0] == "remote", quiet=0, max_wait=0))
+    )
+    t.start()
+    q.add(claim("c1"))  # not its kind: it keeps waiting, the key stays queued
+    time.sleep(0.1)
+    assert result == [] and len(q) == 1
+    q.add(remote("r1"))
+    t.join(timeout=1)
+    assert result == [[remote("r1")]]
+    assert q.get_batch(timeout=0, quiet=0, max_wait=0) == [claim("c1")]
+
+
 def test_hooks_report_adds_and_queue_duration(clock: FakeClock) -> None:
     adds, gets = [], []
     q = WorkQueue(clock=clock, on_add=adds.append, on_get=lambda key, waited: gets.append((key, waited)))
