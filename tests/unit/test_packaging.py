@@ -50,6 +50,7 @@ TARBALL_ALLOW = (
     "changelogs/config.yaml",
     "changelogs/fragments/*.yml",
     "tests/sanity/ignore-*.txt",
+    "tests/config.yml",  # ansible-test: the Python versions the modules support
 )
 # And these must be there.
 TARBALL_REQUIRED = (

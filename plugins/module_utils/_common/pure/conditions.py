@@ -22,7 +22,7 @@ TIMESTAMP_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime(TIMESTAMP_FORMAT)
+    return datetime.datetime.now(datetime.timezone.utc).strftime(TIMESTAMP_FORMAT)
 
 
 def find(conditions: list[dict] | None, type_: str) -> dict | None:

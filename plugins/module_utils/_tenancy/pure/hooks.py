@@ -28,9 +28,11 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import TIMESTAMP_FORMAT
+
+UTC = timezone.utc  # datetime.UTC is Python 3.11+; modules run on 3.10 too (tests/config.yml)
 
 CREATE = "CREATE"
 UPDATE = "UPDATE"
