@@ -144,6 +144,45 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
     return zipfile.ZipFile(path)
 
 
+def test_the_wheel_declares_every_distribution_it_imports(wheel):
+    # The controller imports the collection's module_utils and runs its modules on its own Python (ansible-runner,
+    # localhost), so what plugins/ imports is the wheel's to declare too, beside what the wheel's own code imports.
+    requires = [
+        line.split(":", 1)[1].strip()
+        for name in wheel.namelist()
+        if name.endswith(".dist-info/METADATA")
+        for line in wheel.read(name).decode().splitlines()
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]
+    declared = {re.split(r"[<>=!~; \[]", spec, maxsplit=1)[0].lower().replace("_", "-") for spec in requires}
+    distribution = {
+        "ansible": "ansible-core",
+        "ansible_runner": "ansible-runner",
+        "kubernetes": "kubernetes",
+        "urllib3": "kubernetes",  # the client's own HTTP library
+        "prometheus_client": "prometheus-client",
+        "sushy": "sushy",
+        "requests": "sushy",  # sushy's HTTP library
+        "pycdlib": "pycdlib",
+        "yaml": "pyyaml",
+    }
+    sources = [(n, wheel.read(n).decode()) for n in wheel.namelist() if n.endswith(".py")]
+    sources += [(str(p), p.read_text()) for p in (REPO_ROOT / "plugins").rglob("*.py")]
+    for name, text in sources:
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                modules = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                modules = [node.module.split(".")[0]]
+            else:
+                continue
+            for module in modules:
+                if module in sys.stdlib_module_names or module in ("ansible_collections", "__future__", "metalclaim"):
+                    continue
+                assert module in distribution, f"{name}: imports {module}, from which distribution?"
+                assert distribution[module] in declared, f"{name}: imports {module}, pyproject does not declare it"
+
+
 def test_the_wheel_has_the_controller_and_mediaserver_console_scripts(wheel):
     names = wheel.namelist()
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
