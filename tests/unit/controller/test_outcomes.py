@@ -25,6 +25,25 @@ def test_claim_outcomes_from_a_reconcile_result():
     assert found[C3].reason == "NoBareMetalHost"
 
 
+def test_a_claim_that_failed_alone_is_retried_alone():
+    """Issue 22: a claim whose request the API server refused is the run's only failed key, not the batch."""
+    result = {
+        "release": {"claims": [{"namespace": "t", "name": "c1", "state": "error", "message": "403"}]},
+        "bind": {"claims": [{"namespace": "t", "name": "c2", "action": "bind", "host": "i/h"}]},
+        "bound": {
+            "claims": [
+                {"namespace": "t", "name": "c2", "changed": True},
+                {"namespace": "t", "name": "c3", "state": "error", "message": "cannot get Secret s: 403 Forbidden"},
+            ]
+        },
+        "errors": [{"namespace": "t", "name": "c3", "step": "sync", "message": "cannot get Secret s: 403 Forbidden"}],
+    }
+    found = outcomes.claim_outcomes([C1, C2, C3, C4], result)
+    assert {k: v.result for k, v in found.items()} == {C1: RETRY, C2: DONE, C3: RETRY, C4: DONE}
+    assert found[C3].reason == "error in sync: cannot get Secret s: 403 Forbidden"
+    assert found[C1].reason == "error in release"
+
+
 def test_host_outcomes_requeue_when_the_host_says():
     h1, h2 = ("host", "i", "h1"), ("host", "i", "h2")
     result = {

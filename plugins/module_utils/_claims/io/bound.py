@@ -11,6 +11,9 @@ copies with them) and one claim metadata update. The claim's status goes to the 
 `parts` says which half runs: "secrets" (copies, the host's data refs, the Synchronization
 condition) and/or "sync" (online, image, reboot requests, copied metadata, poweredOn,
 hardware, the Provisioned condition). hostclaim_reconcile runs both in one pass.
+
+A request that fails for one claim (its Secret unreadable, its host write refused) is that claim's
+failure: Synchronization False, ReconcileError, and the others go on (run.failed).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.ru
     reread_bound,
     step_each,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import ERROR
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import CopyRules, copy_rules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
@@ -70,6 +74,7 @@ def sync_bound(run, parts: tuple[str, ...]) -> dict:
         lambda claim, host: _sync_one(run, claim, host, parts, policies, labels),
         reread_bound(run),
         run.each,
+        on_error=lambda claim, error: run.failed(claim, error, "sync" if SYNC in parts else "secrets"),
     )
     problems = sorted({p for r in outcome["claims"] for p in r.get("metadata_copy_problems", [])})
     if problems:
@@ -93,7 +98,10 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict)
     # (or gives the host back), so nothing of the tenant's reaches a host before it.
     conditions, updates = _status(run, claim, sync, copies_plan, parts, result)
     run.book.note(claim, conditions, updates, result=result)
-    if run.book.is_committing(claim) and run.book.flush(only=binding.key(claim)).get(binding.key(claim)) == "conflict":
+    if run.book.is_committing(claim) and run.book.flush(only=binding.key(claim)).get(binding.key(claim)) in (
+        "conflict",
+        ERROR,
+    ):
         return result
 
     new_host = copy.deepcopy(host)
@@ -244,7 +252,9 @@ def _synchronization(run, claim: dict, sync, copies_plan, result: dict) -> tuple
             cond.SYNCHRONIZATION,
             "False",
             failures[0][0],
-            "; ".join(message for _reason, message in failures),
+            # As the condition will hold it (a Secret's name, say, is the tenant's to make long), so a settled
+            # run compares equal below and records no Event.
+            cond.truncated("; ".join(message for _reason, message in failures)),
         )
     else:
         sync_condition = (cond.SYNCHRONIZATION, "True", SYNCED, "")

@@ -6,6 +6,12 @@ A run is one module invocation: a single step, or release -> bind -> secrets -> 
 hostclaim_reconcile. Steps read through run.kube, note statuses in run.book, and finish()
 writes each claim's status once. Asked for a diff (`--diff`), steps record() each change they
 make (or would make, in check mode) from the objects they hold: a diff costs no API call.
+
+A batch holds many tenants' claims, so one claim's failure is its own (issue 22): step_each turns
+an error on one claim (an API error other than a conflict, or an internal one) into that claim's
+failed condition (failed()) and an `error` result, and goes on with the others; finish() reports
+the failed keys in `errors`, which the controller retries alone. An Event the API server will not
+take (its namespace is being deleted, say) is a warning, never a failure: it is not worth a claim.
 """
 
 from __future__ import annotations
@@ -15,17 +21,29 @@ import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook, in_order
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import (
+    StatusBook,
+    error_detail,
+    in_order,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import status_patch
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import WRITERS, ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
+    WRITERS,
+    ConflictError,
+    KubeError,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.diff import (
     changed_fields,
     entry,
     redacted_secret,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+
+# events.k8s.io's limit on an Event's note; core/v1 takes longer messages, nobody reads them.
+EVENT_MESSAGE_LIMIT = 1024
 
 
 class Snapshot:
@@ -103,6 +121,8 @@ class ClaimRun:
         self.token = uuid.uuid4().hex
         self.first_seen: dict[tuple[str, str], dict] = {}  # claims as this run first listed them
         self._secrets: dict[tuple[str, str], dict | None] = {}
+        self.event_failures: list[str] = []  # Events the API server did not take: the run's warnings
+        self._events_lock = threading.Lock()
 
     def claims(self) -> list[dict]:
         """The run's claims (those named in `wanted`, or all), oldest first.
@@ -130,7 +150,33 @@ class ClaimRun:
         return self._secrets[(namespace, name)]
 
     def event(self, obj: dict, event_type: str, reason: str, message: str) -> None:
-        events.record(self.kube, obj, event_type, reason, message, self.timestamp, self.check_mode)
+        """Record an Event (its message cut to EVENT_MESSAGE_LIMIT bytes); one the API server does not take is a
+        warning of the run, not a failure of the claim."""
+        message = cond.truncated(message, EVENT_MESSAGE_LIMIT)
+        try:
+            events.record(self.kube, obj, event_type, reason, message, self.timestamp, self.check_mode)
+        except KubeError as error:
+            metadata = obj.get("metadata") or {}
+            where = f"{obj.get('kind', '')} {metadata.get('namespace', '')}/{metadata.get('name', '')}"
+            with self._events_lock:
+                self.event_failures.append(
+                    cond.truncated(f"Event {reason} on {where} not recorded: {error}", failures.SHOWN_LIMIT)
+                )
+
+    def failed(self, claim: dict, error: Exception, step: str, type_: str = cond.SYNCHRONIZATION) -> dict:
+        """One claim's step failed with `error` (any but a conflict): the claim's `type_` condition says so (False,
+        ReconcileError; a Warning Event when that is new), the key is reported in `errors`, and the step's result
+        for it is returned (state `error`)."""
+        namespace, name = binding.key(claim)
+        detail = error_detail(error)
+        message = failures.error_message(detail, internal=not isinstance(error, KubeError))
+        condition = (type_, "False", failures.RECONCILE_ERROR, message)
+        previous = cond.find((claim.get("status") or {}).get("conditions"), type_) or {}
+        self.book.failed(claim, step, condition, detail)
+        if (previous.get("reason"), previous.get("message")) != (failures.RECONCILE_ERROR, cond.truncated(message)):
+            self.event(claim, "Warning", failures.RECONCILE_ERROR, message)
+        shown = failures.shown(detail, failures.REPORTED_LIMIT)
+        return {"namespace": namespace, "name": name, "state": "error", "message": shown, "changed": False}
 
     def record(self, kind: str, before: dict | None, after: dict | None, secret: bool = False) -> None:
         """For the diff: an object as it was (None: created) and as it is written (None: deleted).
@@ -162,6 +208,9 @@ class ClaimRun:
         self.book.flush()
         result["changed"] = bool(result.get("changed")) or self.book.writes > 0
         result["status_writes"] = self.book.writes
+        result["errors"] = sorted(self.book.errors, key=lambda e: (e["namespace"], e["name"], e["step"]))
+        if self.event_failures:
+            result["warnings"] = [*(result.get("warnings") or []), *sorted(set(self.event_failures))]
         if self.diff is not None:
             result["diff"] = self.diff
         calls = getattr(self.api, "calls", None)
@@ -222,14 +271,24 @@ def namespace_labels(kube) -> dict:
     return {name: meta.get("labels") or {} for name, meta in namespace_metadata(kube).items()}
 
 
-def step_each(pairs: list[tuple[dict, object]], step, refresh=None, each=None) -> dict:
-    """Run step(claim, what it needs) -> result for each pair; a conflict on one claim does not stop the others.
-    each(function, items): how the pairs are gone through (ClaimRun.each: several at once).
+def step_each(pairs: list[tuple[dict, object]], step, refresh=None, each=None, on_error=None) -> dict:
+    """Run step(claim, what it needs) -> result for each pair; a conflict or an error on one claim does not stop
+    the others. each(function, items): how the pairs are gone through (ClaimRun.each: several at once).
 
     On a conflict, refresh(claim, what) may read both again (None: nothing left to do) for one
     more try: steps are idempotent, and the object most often changed under us because a
     concurrent run wrote what we were about to write.
+
+    Any other error (an API error, or an internal one) is the claim's: on_error(claim, error) -> its result
+    (ClaimRun.failed: a condition on the claim, the key reported), by default a result of state `error`.
     """
+
+    def failed(claim: dict, error: Exception) -> dict:
+        if on_error is not None:
+            return on_error(claim, error)
+        namespace, name = binding.key(claim)
+        message = failures.shown(error_detail(error), failures.REPORTED_LIMIT)
+        return {"namespace": namespace, "name": name, "state": "error", "message": message, "changed": False}
 
     def one(pair) -> dict:
         claim, needed = pair
@@ -237,12 +296,16 @@ def step_each(pairs: list[tuple[dict, object]], step, refresh=None, each=None) -
             return step(claim, needed)
         except ConflictError as error:
             conflict = error
-        fresh = refresh(claim, needed) if refresh else None
-        if fresh is not None:
-            try:
+        except Exception as error:  # one claim's failure, whatever it is, is not the batch's
+            return failed(claim, error)
+        try:
+            fresh = refresh(claim, needed) if refresh else None
+            if fresh is not None:
                 return step(*fresh)
-            except ConflictError as error:
-                conflict = error
+        except ConflictError as error:
+            conflict = error
+        except Exception as error:
+            return failed(claim, error)
         namespace, name = binding.key(claim)
         return {"namespace": namespace, "name": name, "state": "conflict", "message": str(conflict), "changed": False}
 

@@ -6,14 +6,20 @@ Steps do not write a claim's status themselves. Each one notes what it found in 
 StatusBook; the book computes the whole status (every condition, then Ready) and writes it
 in one merge patch, only when it differs. A tenant watching a claim sees at most one status
 update per run and no transient Ready.
+
+A status write that fails other than by a conflict fails that claim alone: the book records the
+error (the run reports the key as failed), and when the API server refused the status itself (400,
+413, 422: a field it will not take) writes a minimal one instead, whose Ready says why
+(_claims/pure/failures.py). The other claims' statuses are written as usual.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass, field
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
     binding_token,
     desired_status,
@@ -21,8 +27,36 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
     recorded_host,
     status_patch,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+
+# Answers to a status write that say the status itself is what the API server will not take: a minimal one may pass.
+STATUS_REFUSED_CODES = (400, 413, 422)
+# What _flush_one returns for a claim whose status was not written (the error is in StatusBook.errors), or
+# whose status was refused and a minimal one written instead.
+ERROR = "error"
+MINIMAL = "minimal"
+
+
+def api_status(error: Exception) -> int | None:
+    """The HTTP status of the API server's answer behind a KubeError (None: no answer, or not an API error)."""
+    status = getattr(error.__cause__, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def error_detail(error: Exception) -> str:
+    """What failed, as the run reports it: a KubeError's own message (the request, the status, the server's
+    message for a refusal), with the server's message of a refused status write, which KubeError leaves out."""
+    detail = str(error) if isinstance(error, KubeError) else f"{type(error).__name__}: {error}"
+    body = getattr(error.__cause__, "body", None)
+    if isinstance(error, KubeError) and isinstance(body, (str, bytes)) and not getattr(error, "server_message", ""):
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if isinstance(message, str) and message and message not in detail:
+            detail = f"{detail}: {message}"
+    return detail
 
 
 @dataclass
@@ -41,6 +75,7 @@ class _Entry:
     # end names another, another run bound or released the claim meanwhile, and what this run
     # decided (say "no free host", from a host list older than that binding) is stale.
     decided_on: object = None
+    refused: bool = False  # its status write failed and nothing was written: not tried again in this run
 
 
 def in_order(function, items: list) -> list:
@@ -62,6 +97,8 @@ class StatusBook:
         self._entries: dict[tuple[str, str], _Entry] = {}
         self._lock = threading.Lock()  # the entries and the count, for steps running claims at once
         self.writes = 0  # status writes this run made (or would make, in check mode)
+        # One per failure of a claim (a step's or its status write's): {namespace, name, step, message}.
+        self.errors: list[dict] = []
 
     def wrote(self, claim: dict) -> None:
         """Remember a newer version of a claim: one this run wrote (as the API server returned it) or re-read."""
@@ -95,10 +132,27 @@ class StatusBook:
         entry = self._entry(claim)
         for type_, status, reason, message in conditions:
             entry.conditions[type_] = (status, reason, message)
-        if entry.written:
+        if entry.written and not entry.refused:
             entry.written = False
             entry.give_back, entry.on_commit = None, []
             entry.decided_on = recorded_host(entry.claim)
+
+    def failed(self, claim: dict, step: str, condition: tuple[str, str, str, str], detail: str) -> None:
+        """A step failed for `claim` (`detail`: what, as the run reports it): `condition` says so on the claim,
+        over what the step noted, and the key is reported as failed. Like amend(), a status this run already
+        wrote is written once more by the last flush."""
+        entry = self._entry(claim)  # the newest version of the claim this run knows stays
+        if not entry.conditions and not entry.updates:
+            entry.decided_on = recorded_host(entry.claim)
+        self.amend(claim, [condition])
+        self.error(claim, step, detail)
+
+    def error(self, claim: dict, step: str, detail: str) -> None:
+        """Report the claim as failed in this run (`detail` as the run's result shows it)."""
+        namespace, name = binding.key(claim)
+        message = failures.shown(detail, failures.REPORTED_LIMIT)
+        with self._lock:
+            self.errors.append({"namespace": namespace, "name": name, "step": step, "message": message})
 
     def committing(self, claim: dict, give_back, on_commit) -> None:
         """This run took a host for `claim`: its status write commits the binding (then on_commit()) or
@@ -122,7 +176,8 @@ class StatusBook:
         return entry.conditions.get(type_) if entry else None
 
     def flush(self, only: tuple[str, str] | None = None) -> dict:
-        """Write every noted claim's status that differs (or only one claim's); {key: changed | "conflict"}."""
+        """Write every noted claim's status that differs (or only one claim's); {key: changed | "conflict" | ERROR |
+        MINIMAL}. A claim whose write fails does not stop the others'."""
         with self._lock:
             keys = [only] if only else sorted(self._entries)
             due = [key for key in keys if not self._entries[key].written]
@@ -134,16 +189,55 @@ class StatusBook:
     def _flush_one(self, key: tuple[str, str]):
         entry = self._entries[key]
         before, desired = entry.claim, self.desired(key)
-        outcome = self._write(key, entry)
-        if outcome is True:
+        try:
+            outcome = self._write(key, entry)
+        except KubeError as error:  # not a conflict: _write handles those
+            outcome, desired = self._refused(key, entry, error)
+        if outcome in (True, MINIMAL):
             with self._lock:
                 self.writes += 1
             if self._on_write:
                 self._on_write(before, desired)
-        if outcome != "conflict":
+        if outcome not in ("conflict", ERROR):
             for then in entry.on_commit:
                 then()
         return outcome
+
+    def _refused(self, key: tuple[str, str], entry: _Entry, error: KubeError) -> tuple[object, dict | None]:
+        """(ERROR or MINIMAL, the status written) after the API server failed the claim's status write.
+
+        A status it refused as such is written again minimal, Ready saying why, and that write commits a
+        binding this run made as the full one would have; otherwise (or if that fails too) the binding is
+        given back. Either way the claim is reported as failed, to be tried again.
+        """
+        detail = error_detail(error)
+        self.error(entry.claim, "status", detail)
+        written = None
+        if api_status(error) in STATUS_REFUSED_CODES:
+            minimal = failures.minimal_status(
+                entry.claim, self.desired(key), failures.refused_message(detail), self._timestamp
+            )
+            patch = status_patch(entry.claim, minimal)
+            if patch is not None:
+                patch["lastUpdated"] = self._timestamp
+                try:
+                    entry.claim = self._kube.patch_status(entry.claim, patch)
+                    written = minimal
+                except KubeError as second:
+                    self.error(entry.claim, "status", f"the minimal status too: {error_detail(second)}")
+        message = failures.shown(detail, failures.REPORTED_LIMIT)
+        if written is None:
+            entry.refused = True  # not written again by this run (its updates may name a host given back)
+            if entry.give_back is not None:
+                try:  # the commit failed: the claim must not hold a host its status does not name
+                    entry.give_back()
+                except KubeError as give_back_error:
+                    self.error(entry.claim, "status", f"giving its host back: {error_detail(give_back_error)}")
+        for result in entry.results:
+            result.update(state=ERROR, message=message, changed=False)
+            if "action" in result and written is None:  # a bind result whose host went back
+                result.update(action=ERROR, host=None)
+        return (ERROR, None) if written is None else (MINIMAL, written)
 
     def _write(self, key: tuple[str, str], entry: _Entry):
         patch = status_patch(entry.claim, self.desired(key))

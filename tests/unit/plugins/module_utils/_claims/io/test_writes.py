@@ -1,10 +1,13 @@
-"""The StatusBook never writes a decision made before another run bound or released the claim."""
+"""The StatusBook never writes a decision made before another run bound or released the claim, and one claim's
+failed status write is that claim's alone."""
 
 from __future__ import annotations
 
 import copy
+import json
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import KubeError
 
 CLAIM = {
     "apiVersion": "metal3.io/v1alpha1",
@@ -46,3 +49,89 @@ def test_the_same_decision_is_written_when_nobody_bound_the_claim_meanwhile():
     assert book.flush() == {("t", "c"): True}
     (patch,) = kube.patches
     assert patch["conditions"][0]["type"] in ("Association", "Ready")
+
+
+class ApiAnswer(Exception):
+    """What the kubernetes client raises (an ApiException): the HTTP status and the body."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(status)
+        self.status, self.body = status, json.dumps({"message": message})
+
+
+def api_error(status: int, reason: str, message: str) -> KubeError:
+    error = KubeError(f"cannot update the status of HostClaim c in namespace t: {status} {reason}")
+    error.__cause__ = ApiAnswer(status, message)
+    return error
+
+
+class RefusingKube(RecordingKube):
+    """Refuses the status writes of the claims named in `refuse` ({name: [error, ...]}, one per write)."""
+
+    def __init__(self, refuse: dict):
+        super().__init__()
+        self.refuse = refuse
+
+    def patch_status(self, obj, status):
+        errors = self.refuse.get(obj["metadata"]["name"])
+        if errors:
+            raise errors.pop(0)
+        return super().patch_status(obj, status)
+
+
+def claim(name: str) -> dict:
+    return {**copy.deepcopy(CLAIM), "metadata": {**CLAIM["metadata"], "name": name}}
+
+
+def test_a_refused_status_is_written_again_minimal_and_fails_that_claim_alone():
+    """Issue 22: one claim's status the API server refused (422) failed the whole run. Now it gets a minimal status
+    whose Ready says why, is reported as an error, and the others are written."""
+    refusal = api_error(422, "Unprocessable Entity", 'HostClaim.metal3.io "bad" is invalid: status.hardware: Too long')
+    kube = RefusingKube({"bad": [refusal]})
+    book = StatusBook(kube, "t0", check_mode=False)
+    for name in ("bad", "good-1", "good-2"):
+        book.note(claim(name), NO_HOST, updates={"hardware": {"x": name}})
+    assert book.flush() == {("t", "bad"): "minimal", ("t", "good-1"): True, ("t", "good-2"): True}
+    assert book.writes == 3
+    minimal = kube.patches[0]
+    assert "hardware" not in minimal  # the minimal status leaves out what it may not take
+    ready = next(c for c in minimal["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "StatusRefused")
+    assert "status.hardware: Too long" in ready["message"]
+    (error,) = book.errors
+    assert (error["namespace"], error["name"], error["step"]) == ("t", "bad", "status")
+    assert "422 Unprocessable Entity" in error["message"]
+
+
+def test_a_status_write_failing_otherwise_is_not_retried_and_gives_a_new_binding_back():
+    kube = RefusingKube({"bad": [api_error(403, "Forbidden", "hostclaims.metal3.io/status is forbidden")]})
+    book = StatusBook(kube, "t0", check_mode=False)
+    given_back, committed = [], []
+    result = {"namespace": "t", "name": "bad", "action": "bind", "host": "i/h"}
+    bound = [("Association", "True", "BareMetalHostAssociated", "")]
+    book.note(claim("bad"), bound, updates={"hardwareData": {"namespace": "i", "name": "h"}}, result=result)
+    book.committing(claim("bad"), give_back=lambda: given_back.append("h"), on_commit=lambda: committed.append("h"))
+    book.note(claim("good"), NO_HOST)
+    assert book.flush() == {("t", "bad"): "error", ("t", "good"): True}
+    assert (given_back, committed) == (["h"], [])  # no commit: the host goes back
+    assert (result["action"], result["host"], result["state"]) == ("error", None, "error")
+    assert [e["name"] for e in book.errors] == ["bad"]
+    # A failure noted later in the run does not write it again: its updates name a host given back.
+    book.failed(claim("bad"), "sync", ("Synchronization", "False", "ReconcileError", "m"), "detail")
+    assert book.flush() == {}
+
+
+def test_a_steps_failure_is_written_on_the_claim_over_what_the_step_noted():
+    kube = RecordingKube()
+    book = StatusBook(kube, "t0", check_mode=False)
+    synced = [("Synchronization", "True", "ConfigurationSynced", "")]
+    book.note(claim("c"), synced)
+    failure = ("Synchronization", "False", "ReconcileError", "a request for this claim failed: 403")
+    book.failed(claim("c"), "sync", failure, "cannot get Secret s in namespace t: 403 Forbidden")
+    assert book.flush() == {("t", "c"): True}
+    conditions = {c["type"]: c for c in kube.patches[0]["conditions"]}
+    assert conditions["Synchronization"]["reason"] == "ReconcileError"
+    assert conditions["Ready"]["message"] == "* Synchronization: a request for this claim failed: 403"
+    assert book.errors == [
+        {"namespace": "t", "name": "c", "step": "sync", "message": "cannot get Secret s in namespace t: 403 Forbidden"}
+    ]
