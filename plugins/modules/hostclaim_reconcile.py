@@ -20,6 +20,16 @@ description:
   - Each claim's status (every condition, then C(Ready)) is computed from what all the steps found and
     written once, at the end, only when it differs; a tenant watching a claim sees one update per run and
     no transient C(Ready). A second run with nothing new writes nothing.
+  - One claim's failure is its own. A request that fails for one claim (an API error other than a conflict, say a
+    403 on a Secret of a namespace the controller may not read or a 422 on a write, or an internal error) gives that
+    claim C(Synchronization) False, reason C(ReconcileError), quoting the request and the answer (URLs and
+    addresses taken out, cut short), and the other claims of the batch are reconciled as usual. When the API server
+    refuses a claim's status itself, a minimal one is written (C(Ready) False, reason C(StatusRefused)). Such a
+    claim is listed in RV(errors), and the task does not fail; only a failure of the whole run (a list the run
+    needs, the API server unreachable) fails it. An Event the API server refuses (its namespace is being deleted,
+    say) is a warning.
+  - Condition messages are cut to the API server's 32768 bytes; at most 32 reboot requests (8 KiB together) of a
+    claim reach its host, more gives C(Synchronization) False, reason C(RebootRequestsTooLarge).
   - This is what C(playbooks/reconcile.yml) runs; the step modules remain for running one step alone.
 author:
   - metalclaim maintainers (@metalclaim)
@@ -126,12 +136,25 @@ summary:
     bound: 3
     waiting_for_host: 1
     releases_pending: 0
-    orphans_released:
-      description: Hosts of vanished claims given back to the pool this run.
-      type: int
+    orphans_released: 0
     not_synchronized: 0
     conflicts: 0
     list_calls: 5
+errors:
+  description:
+    - The claims that failed in this run, each by itself (the rest of the batch was reconciled), one entry per
+      failure, sorted by claim. The controller retries these claims alone, with a growing delay.
+    - C(step) is where it failed (C(sync) for a bound claim's step, C(status) for its status write); C(message)
+      what failed and the API server's answer (URLs and addresses taken out, at most 4 KiB). A deleted claim whose
+      release failed shows C(state=error) in RV(release.claims) instead.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - namespace: cluster-ns
+      name: my-hostclaim
+      step: sync
+      message: "cannot get Secret my-userdata in namespace cluster-ns: 403 Forbidden"
 diff:
   description:
     - With C(--diff) (in check mode too, what would change), one entry per object written, C(before) and C(after)

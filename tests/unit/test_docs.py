@@ -10,7 +10,13 @@ import sys
 from pathlib import Path
 
 import yaml
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, secrets, sync
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import (
+    binding,
+    failures,
+    limits,
+    secrets,
+    sync,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 
 from tests.support import REPO_ROOT
@@ -29,6 +35,7 @@ def test_every_claim_condition_reason_is_in_the_tenant_guide():
     reasons |= {binding.INVALID_SELECTOR, secrets.SYNCED, secrets.CROSS_NAMESPACE, secrets.COPY_NAME_TAKEN}
     reasons |= {secrets.sync_failure(role) for role in metal3.DATA_ROLES}
     reasons |= {sync.IMAGE_CHANGE_REJECTED, sync.REBOOT_NOT_APPLICABLE, sync.AUTHORIZATION_REVOKED}
+    reasons |= {failures.RECONCILE_ERROR, failures.STATUS_REFUSED, limits.REBOOT_REQUESTS_TOO_LARGE}
     reasons |= {"InfoReported", "IssuesReported", "UnknownReported"}  # Ready (conditions.with_ready)
     reasons |= {sync.state_reason(state) for state in metal3.STATES}  # Provisioned: every host state
     missing = sorted(reasons - _documented())
@@ -40,8 +47,9 @@ def test_the_reason_constants_are_all_accounted_for():
     known = {"ASSOCIATED", "NO_HOST", "NOT_AUTHORIZED", "MISSING_HOST", "INVALID_SELECTOR", "SYNCED"}
     known |= {"CROSS_NAMESPACE", "COPY_NAME_TAKEN", "IMAGE_CHANGE_REJECTED", "REBOOT_NOT_APPLICABLE"}
     known |= {"AUTHORIZATION_REVOKED", "TENANT_HOST_LIMIT", "BINDING_HOOK_PENDING", "BINDING_HOOK_REFUSED"}
+    known |= {"RECONCILE_ERROR", "STATUS_REFUSED", "REBOOT_REQUESTS_TOO_LARGE"}
     known |= {"CLAIM_KIND"}  # CLAIM_KIND: the kind HostClaim, not a reason
-    for module in (binding, secrets, sync):
+    for module in (binding, secrets, sync, failures, limits):
         tree = ast.parse(Path(module.__file__).read_text())
         constants = {
             target.id

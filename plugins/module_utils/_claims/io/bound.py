@@ -13,7 +13,8 @@ condition) and/or "sync" (online, image, reboot requests, copied metadata, power
 hardware, the Provisioned condition). hostclaim_reconcile runs both in one pass.
 
 A request that fails for one claim (its Secret unreadable, its host write refused) is that claim's
-failure: Synchronization False, ReconcileError, and the others go on (run.failed).
+failure: Synchronization False, ReconcileError, and the others go on (run.failed). A claim's reboot
+requests reach its host only within _claims/pure/limits.py's bounds, so they cannot overflow it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.ru
     step_each,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import ERROR
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, limits
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import CopyRules, copy_rules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
@@ -89,7 +90,7 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict)
     authorized_namespaces, _decisions = evaluate_policies(policies, namespace, labels.get(namespace, {}))
     authorized = host_ns in authorized_namespaces
     rules = copy_rules(policies, host_ns, namespace, labels.get(namespace, {})) if SYNC in parts else CopyRules()
-    sync = plan_sync(claim, host, authorized, rules)
+    sync = _plan_sync(claim, host, authorized, rules)
     copies_plan = None
     if SECRETS in parts:
         copies_plan = plan_copies(claim, host, _sources(run, claim))
@@ -145,6 +146,22 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict)
     if rules.problems:
         result["metadata_copy_problems"] = rules.problems
     return result
+
+
+def _plan_sync(claim: dict, host: dict, authorized: bool, rules: CopyRules):
+    """plan_sync, with the claim's reboot requests held back from the host when they are over the limits."""
+    annotations = claim["metadata"].get("annotations") or {}
+    too_large = limits.reboot_requests_problem(annotations)
+    if too_large is None:
+        return plan_sync(claim, host, authorized, rules)
+    held = copy.deepcopy(claim)
+    held["metadata"]["annotations"] = limits.held_requests(annotations, host["metadata"].get("annotations"))
+    sync = plan_sync(held, host, authorized, rules)
+    sync.failures.append(too_large)
+    if sync.claim_annotations is not None:  # copied host metadata changed: the claim keeps its own requests
+        restored = limits.restored(sync.claim_annotations, annotations)
+        sync.claim_annotations = None if restored == annotations else restored
+    return sync
 
 
 def _sources(run, claim: dict) -> dict:
