@@ -1,15 +1,20 @@
 """metalclaim-controller: reconcile HostClaims and provision BareMetalHosts on API events.
 
 Every flag may also be given as an environment variable: --batch-max-wait is
-METALCLAIM_BATCH_MAX_WAIT. Flags win over variables.
+METALCLAIM_BATCH_MAX_WAIT. Flags win over variables. Durations are seconds (15, 0.25)
+or Go durations as Kubernetes components take them (15s, 250ms, 2m, 1h30m). A boolean
+flag alone means true (--leader-elect); it also takes true or false (--leader-elect=false).
 """
 
 from __future__ import annotations
 
 import argparse
 import http.server
+import importlib.metadata
 import logging
+import math
 import os
+import re
 import signal
 import socket
 import sys
@@ -24,34 +29,76 @@ from .scope import DEFAULT_SIDES, Scope, parse_shard, parse_sides, parse_subject
 
 ENV_PREFIX = "METALCLAIM_"
 MODES = ("batch", "per-event")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+TRUE = ("1", "t", "true", "y", "yes", "on")
+FALSE = ("0", "f", "false", "n", "no", "off")
+# A Go duration (time.ParseDuration, as kube-controller-manager's flags take them): 15s, 1h30m, 1.5h, 250ms.
+DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
 
 
 def _env(flag: str, default):
     return os.environ.get(ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper(), default)
 
 
-def _bool(value) -> bool:
-    return str(value).lower() in ("1", "true", "yes", "on")
+def _bool(value: str) -> bool:
+    if value.lower() in TRUE:
+        return True
+    if value.lower() in FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"{value!r} is not a boolean: true or false (or 1/0, yes/no, on/off)")
+
+
+def duration(value: str) -> float:
+    """Seconds: a number (15, 0.25, -5 for the range checks to name) or a Go duration (15s, 2m, 1h30m, 250ms)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        if math.isfinite(seconds):
+            return seconds
+    text = value.strip()
+    sign = -1.0 if text.startswith("-") else 1.0
+    text = text.lstrip("+-")
+    parts = DURATION_PART.findall(text)
+    if not parts or "".join(number + unit for number, unit in parts) != text:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a duration: seconds (15) or 15s, 2m, 1h30m, 250ms")
+    return sign * sum(float(number) * DURATION_UNITS[unit] for number, unit in parts)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("metalclaim")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="metalclaim-controller",
+        usage="%(prog)s [flags]  (--help lists them)",
         description=__doc__.split("\n", 1)[0],
         epilog=__doc__.split("\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
     def add(flag, help_text, default=None, type_=str, **kwargs):
+        if type_ is _bool:  # alone: true (--leader-elect), as Kubernetes components take their boolean flags
+            kwargs.update(nargs="?", const=True, metavar="true|false")
+        elif type_ is duration:
+            kwargs.setdefault("metavar", "DURATION")
         p.add_argument(
             flag, default=_env(flag, default), type=type_, help=f"{help_text} (default: %(default)s)", **kwargs
         )
 
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+
     add("--kubeconfig", "kubeconfig for the API server; unset: in-cluster service account, then ~/.kube/config")
     add("--infra-namespaces", "comma-separated namespaces of BareMetalHosts and HostDeployPolicies; empty: all", "")
-    add("--resync-period", "seconds between full resyncs", 600.0, float)
-    add("--batch-quiet", "seconds without a new key that close a batch", 0.02, float)
-    add("--batch-max-wait", "seconds after which a batch is cut however busy", 0.25, float)
+    add("--resync-period", "time between full resyncs", "10m", duration)
+    add("--batch-quiet", "time without a new key that closes a batch", "20ms", duration)
+    add("--batch-max-wait", "time after which a batch is cut however busy", "250ms", duration)
     add("--batch-max-size", "keys per run at most", 1000, int)
     add(
         "--private-data-dir", "ansible-runner's private data dir (artifacts rotate there)", "/tmp/metalclaim-controller"
@@ -70,7 +117,7 @@ def parser() -> argparse.ArgumentParser:
         "false",
         _bool,
     )
-    add("--standby-max-age", "seconds an idle standby run waits before it is replaced by a fresh one", 300.0, float)
+    add("--standby-max-age", "time an idle standby run waits before it is replaced by a fresh one", "5m", duration)
     add("--runner-slots", "ansible-runner runs at once; 0: one per whole CPU of the cgroup's limit, 1 without", 0, int)
     add(
         "--controllers",
@@ -111,17 +158,17 @@ def parser() -> argparse.ArgumentParser:
     )
     add(
         "--provision-callback-timeout",
-        "seconds a deploy or cleaning waits for the image writer's callback before it is a provisioning error "
-        "(retried after backoff); 0: the provision role's default (1800)",
-        0.0,
-        float,
+        "time a deploy or cleaning waits for the image writer's callback before it is a provisioning error "
+        "(retried after backoff); 0: the provision role's default (hostclaim_provision_callback_timeout)",
+        "0",
+        duration,
     )
     add(
         "--provision-power-poll-interval",
-        "seconds after which a settled host's power is read again, so a change made behind our back shows on the "
-        "host and its claim within this; 0: the provision role's default (60)",
-        0.0,
-        float,
+        "time after which a settled host's power is read again, so a change made behind our back shows on the "
+        "host and its claim within this; 0: the provision role's default (hostclaim_provision_power_poll_interval)",
+        "0",
+        duration,
     )
     add(
         "--watch-secrets",
@@ -132,14 +179,14 @@ def parser() -> argparse.ArgumentParser:
     add("--leader-elect", "hold a Lease so only one instance dispatches", "false", _bool)
     add("--leader-election-namespace", "namespace of the Lease", "metalclaim-system")
     add("--leader-election-id", "name of the Lease (a shard i/n adds -shard-i-of-n)", "metalclaim-controller")
-    add("--leader-elect-lease-duration", "seconds a follower waits before taking an unrenewed Lease", 15.0, float)
-    add("--leader-elect-renew-deadline", "seconds the leader keeps trying to renew before giving up", 10.0, float)
-    add("--leader-elect-retry-period", "seconds between Lease attempts", 2.0, float)
+    add("--leader-elect-lease-duration", "time a follower waits before taking an unrenewed Lease", "15s", duration)
+    add("--leader-elect-renew-deadline", "time the leader keeps trying to renew before giving up", "10s", duration)
+    add("--leader-elect-retry-period", "time between Lease attempts", "2s", duration)
     add("--identity", "this instance's Lease holder identity", f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}")
     add("--metrics-bind-address", "address of /metrics; 0 disables it", "127.0.0.1:8080")
     add("--health-probe-bind-address", "address of /healthz and /readyz; 0 disables them", "127.0.0.1:8081")
-    add("--grace-period", "seconds a stop waits for the run in progress before cancelling it", 20.0, float)
-    add("--log-level", "DEBUG, INFO, WARNING or ERROR", "INFO")
+    add("--grace-period", "time a stop waits for the run in progress before cancelling it", "20s", duration)
+    add("--log-level", "DEBUG, INFO, WARNING or ERROR", "INFO", str.upper, choices=LOG_LEVELS)
     return p
 
 
@@ -169,25 +216,45 @@ def _serve(address: str, routes: dict) -> http.server.ThreadingHTTPServer | None
     return server
 
 
+def _fail(message: str) -> int:
+    """What the flags could not tell: one line, exit 1 (a flag error is argparse's: usage, exit 2)."""
+    print(f"metalclaim-controller: error: {' '.join(message.split())}", file=sys.stderr)
+    return 1
+
+
+def _api_client(kubeconfig: str):
+    from kubernetes import client as kube_client
+    from kubernetes import config as kube_config
+
+    if kubeconfig:
+        return kube_config.new_client_from_config(config_file=kubeconfig)
+    try:
+        kube_config.load_incluster_config()
+        return kube_client.ApiClient()
+    except kube_config.ConfigException:
+        return kube_config.new_client_from_config()
+
+
 def main(argv=None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     try:
         scope = Scope(sides=parse_sides(args.controllers), shard=parse_shard(args.shard))
         tenant_claim_side_subject = parse_subject(args.tenant_claim_side)
     except ValueError as error:
-        parser().error(str(error))
+        p.error(str(error))
     if args.runner_slots < 0:
-        parser().error(f"--runner-slots {args.runner_slots}: 0 (from the CPU limit) or more")
+        p.error(f"--runner-slots {args.runner_slots}: 0 (from the CPU limit) or more")
     if args.mode == "per-event" and args.standby:
-        parser().error("--standby works in batch mode only (per-event is the baseline without it)")
+        p.error("--standby works in batch mode only (per-event is the baseline without it)")
     if args.provision_power_poll_interval < 0:
-        parser().error(f"--provision-power-poll-interval {args.provision_power_poll_interval}: seconds, 0 or more")
+        p.error(f"--provision-power-poll-interval {args.provision_power_poll_interval}: seconds, 0 or more")
     if args.provision_callback_timeout < 0:
-        parser().error(f"--provision-callback-timeout {args.provision_callback_timeout}: seconds, 0 or more")
+        p.error(f"--provision-callback-timeout {args.provision_callback_timeout}: seconds, 0 or more")
     if args.provision_max_concurrent < 0:
-        parser().error(f"--provision-max-concurrent {args.provision_max_concurrent}: a count of hosts, 0 or more")
+        p.error(f"--provision-max-concurrent {args.provision_max_concurrent}: a count of hosts, 0 or more")
     if not 0 < args.standby_max_age < JOB_TIMEOUT / 2:
-        parser().error(f"--standby-max-age {args.standby_max_age}: seconds, below half a run's limit ({JOB_TIMEOUT} s)")
+        p.error(f"--standby-max-age {args.standby_max_age}: seconds, below half a run's limit ({JOB_TIMEOUT} s)")
     batching = {
         "batch_quiet": args.batch_quiet,
         "batch_max_wait": args.batch_max_wait,
@@ -197,30 +264,29 @@ def main(argv=None) -> int:
     if args.mode == "per-event":  # one key per run, no wait to collect more, one run per CPU at once
         batching = {"batch_quiet": 0.0, "batch_max_wait": 0.0, "batch_max_size": 1}
         batching["runner_slots"] = args.runner_slots or os.cpu_count() or 1
-    logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
-    collection.import_path()
+    logging.basicConfig(level=args.log_level, format="%(message)s", stream=sys.stderr)
+    try:
+        collection.import_path()
+    except FileNotFoundError as error:  # the controller only runs the collection's playbooks
+        return _fail(f"{error} (ANSIBLE_COLLECTIONS_PATH; ansible-galaxy collection install metalclaim.hostclaim)")
     from . import mapper  # the claim kinds are the collection's names
 
     try:
         kinds = mapper.parse_kinds(args.kinds)
         remote_allowed_namespaces = mapper.parse_allowed_namespaces(args.remote_allowed_namespaces)
     except ValueError as error:
-        parser().error(str(error))
-    from kubernetes import config as kube_config
+        p.error(str(error))
+    import yaml
+    from kubernetes.config import ConfigException
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     from .manager import Controller, Settings
 
-    if args.kubeconfig:
-        api_client = kube_config.new_client_from_config(config_file=args.kubeconfig)
-    else:
-        try:
-            kube_config.load_incluster_config()
-            from kubernetes import client as kube_client
-
-            api_client = kube_client.ApiClient()
-        except kube_config.ConfigException:
-            api_client = kube_config.new_client_from_config()
+    try:
+        api_client = _api_client(args.kubeconfig)
+    except (ConfigException, OSError, yaml.YAMLError, TypeError, ValueError, KeyError, AttributeError) as error:
+        where = f"--kubeconfig {args.kubeconfig}" if args.kubeconfig else "not in a pod, the default kubeconfig"
+        return _fail(f"{where}: {error}")
     settings = Settings(
         kubeconfig=args.kubeconfig,
         infra_namespaces=tuple(n for n in args.infra_namespaces.split(",") if n),

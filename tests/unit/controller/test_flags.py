@@ -1,0 +1,183 @@
+"""metalclaim-controller's flags as Kubernetes users type them: a boolean flag alone, Go durations, --version, and
+one line (exit 1) for what the flags cannot tell, a missing collection or a bad kubeconfig, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from kubernetes.config import kube_config
+
+from metalclaim.controller import __main__ as cli
+
+DURATION_FLAGS = sorted(action.option_strings[0] for action in cli.parser()._actions if action.type is cli.duration)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("15", 15.0),
+        ("0.25", 0.25),
+        ("-5", -5.0),  # a number as given, for the range checks to name
+        ("15s", 15.0),
+        ("2m", 120.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("250ms", 0.25),
+        ("2h45m30s", 9930.0),
+        ("1m0.5s", 60.5),
+        ("-1m", -60.0),
+    ],
+)
+def test_a_duration_is_seconds_or_a_go_duration(text, seconds):
+    assert cli.duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5x", "1h30", "m", "15 s", "s15", "1d", "inf", "nan", "1h-30m"])
+def test_anything_else_is_not_a_duration(text):
+    with pytest.raises(Exception, match="is not a duration"):
+        cli.duration(text)
+
+
+def test_every_time_flag_is_a_duration():
+    # Every flag that is a time takes 15s as well as 15: none is left a bare float.
+    assert not [a.option_strings for a in cli.parser()._actions if a.type is float]
+    assert "--resync-period" in DURATION_FLAGS and "--grace-period" in DURATION_FLAGS
+    assert "--provision-callback-timeout" in DURATION_FLAGS and "--leader-elect-lease-duration" in DURATION_FLAGS
+    for flag in DURATION_FLAGS:
+        args = cli.parser().parse_args([flag, "1h30m"])
+        assert getattr(args, flag.lstrip("-").replace("-", "_")) == 5400.0, flag
+
+
+def test_each_flag_is_defined_once_and_its_default_shown_as_written():
+    options = [o for a in cli.parser()._actions for o in a.option_strings]
+    assert len(options) == len(set(options))
+    args = cli.parser().parse_args([])
+    assert (args.resync_period, args.batch_quiet, args.batch_max_wait) == (600.0, 0.02, 0.25)
+    assert (args.leader_elect_lease_duration, args.grace_period, args.standby_max_age) == (15.0, 20.0, 300.0)
+    help_text = " ".join(cli.parser().format_help().split())  # as wrapped to any width
+    assert "(default: 10m)" in help_text and "(default: 250ms)" in help_text
+
+
+def test_a_duration_from_the_environment(monkeypatch):
+    monkeypatch.setenv("METALCLAIM_RESYNC_PERIOD", "1h")
+    monkeypatch.setenv("METALCLAIM_GRACE_PERIOD", "45")
+    args = cli.parser().parse_args([])
+    assert (args.resync_period, args.grace_period) == (3600.0, 45.0)
+    assert cli.parser().parse_args(["--resync-period", "2m"]).resync_period == 120.0  # the flag wins
+
+
+@pytest.mark.parametrize(
+    ("argv", "value"),
+    [
+        ([], False),
+        (["--leader-elect"], True),
+        (["--leader-elect", "--leader-election-id", "x"], True),
+        (["--leader-elect=true"], True),
+        (["--leader-elect", "false"], False),
+        (["--leader-elect=False"], False),
+        (["--leader-elect", "1"], True),
+        (["--leader-elect=off"], False),
+    ],
+)
+def test_a_boolean_flag_alone_is_true(argv, value):
+    assert cli.parser().parse_args(argv).leader_elect is value
+
+
+def test_every_boolean_flag_alone_is_true():
+    booleans = [a.option_strings[0] for a in cli.parser()._actions if a.type is cli._bool]
+    assert sorted(booleans) == ["--leader-elect", "--standby", "--watch-secrets"]
+    for flag in booleans:
+        assert getattr(cli.parser().parse_args([flag]), flag.lstrip("-").replace("-", "_")) is True
+
+
+@pytest.mark.parametrize("argv", [["--leader-elect", "maybe"], ["--leader-elect=2"], ["--watch-secrets=nope"]])
+def test_an_unknown_boolean_value_is_refused(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.parser().parse_args(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {argv[0].split('=')[0]}: " in err
+    assert "is not a boolean: true or false" in err
+
+
+def test_an_unknown_boolean_from_the_environment_is_refused(monkeypatch, capsys):
+    monkeypatch.setenv("METALCLAIM_LEADER_ELECT", "maybe")
+    with pytest.raises(SystemExit) as exit_:
+        cli.parser().parse_args([])
+    assert exit_.value.code == 2
+    assert "'maybe' is not a boolean" in capsys.readouterr().err
+    monkeypatch.setenv("METALCLAIM_LEADER_ELECT", "true")
+    assert cli.parser().parse_args([]).leader_elect is True
+
+
+def test_a_bad_duration_is_a_flag_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--resync-period", "10 minutes"])
+    assert exit_.value.code == 2
+    assert "argument --resync-period: '10 minutes' is not a duration" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--version"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("metalclaim-controller ") and out.count("\n") == 1
+    assert out.split()[1] == cli._version() != ""
+
+
+def _one_line(err: str) -> str:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    assert lines[0].startswith("metalclaim-controller: error: ")
+    return lines[0]
+
+
+def test_a_missing_collection_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", str(tmp_path))
+    assert cli.main(["--kubeconfig", str(tmp_path / "kubeconfig")]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert f"metalclaim.hostclaim is not installed in the collections path {tmp_path}" in line
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "No configuration found"),  # no such file
+        ("", "is empty"),
+        ("clusters: [\n", "while parsing"),  # not YAML
+        ("- a\n- b\n", "list indices"),  # YAML, not a kubeconfig
+        ("apiVersion: v1\nkind: Config\nclusters: []\n", "current-context"),
+    ],
+)
+def test_a_bad_kubeconfig_is_one_line(content, says, tmp_path, capsys):
+    path = tmp_path / "kubeconfig"
+    if content is not None:
+        path.write_text(content)
+    assert cli.main(["--kubeconfig", str(path)]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert f"--kubeconfig {path}: " in line and says in line
+
+
+def test_no_kubeconfig_outside_a_pod_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "none"))
+    assert cli.main([]) == 1
+    assert "not in a pod, the default kubeconfig: " in _one_line(capsys.readouterr().err)
+
+
+def test_the_command_prints_one_line_not_a_traceback(tmp_path):
+    # As a user runs it: the process's whole stderr, and its exit status.
+    (tmp_path / "kubeconfig").write_text("clusters: [\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "metalclaim.controller", "--kubeconfig", str(tmp_path / "kubeconfig")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    _one_line(result.stderr)
