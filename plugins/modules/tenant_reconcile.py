@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: tenant_reconcile
 short_description: Onboard and remove tenants - bring each Tenant's namespaces, access, policies and quota to its spec
-version_added: 0.1.0
+version_added: 0.2.0
 description:
   - For each C(Tenant) (C(tenancy.metalclaim.io/v1alpha1), cluster-scoped; those in O(tenants), or all), creates
     what its spec asks and nothing else - its child namespaces C(<tenantName>-<child>), a RoleBinding there giving

@@ -359,7 +359,7 @@ def test_the_sample_overlay_installs_the_controller_and_its_bindings(tmp_path):
     assert grants["cluster-ns"] == {(r, NAMESPACE, a) for r, a in role["tenant"]}
     deployments = [obj for k, obj in objects.items() if k[0] == "Deployment"]
     images = {c["image"] for obj in deployments for c in obj["spec"]["template"]["spec"]["containers"]}
-    assert images == {"registry.example.com/metalclaim/controller:0.1.0"}
+    assert images == {"registry.example.com/metalclaim/controller:0.2.0"}
 
     # Its controller's namespace changed (a copy of config/): the bindings' subjects follow, nothing names the old.
     copy = tmp_path / "config"
