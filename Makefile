@@ -30,6 +30,8 @@ help:
 	@echo "make vm-setup - what make e2e and make demo-vm install first (system packages, libvirt-python)"
 	@echo "make system-packages PROFILES='test vm' - install (as root) or print the system packages of bindep.txt"
 	@echo "make devenv-up / devenv-down - start/stop the environment in $(DEVENV_DIR)"
+	@echo "make image  - the controller image (podman; its base debootstrapped from Debian packages, no registry)"
+	@echo "make node-test - the image run as the Deployments run it, on the devenv's node (root; containerd, kubelet)"
 	@echo "make bench  - the benchmark beside the one-run-per-event baseline (figures, a JSON file and a PNG in $(BENCH_OUT))"
 
 $(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
@@ -134,6 +136,18 @@ test: test-packages lint galaxy-check sanity matrix controlplane molecule
 # runs the controller flow on 4 VMs at once.
 e2e: vm-setup controlplane
 	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=25 tests/e2e
+
+# The controller image, built here with podman and no registry: its base is debootstrapped from Debian packages
+# (hack/build-base-image.sh, cached in ~/.cache/metalclaim), or BASE_IMAGE=docker.io/library/python:3.11-slim.
+IMAGE ?= localhost/metalclaim-controller:$(shell sed -n 's/^version: *//p' galaxy.yml)
+image: build
+	bash hack/system-packages.sh node
+	bash hack/build-image.sh $(IMAGE)
+
+# The image as config/manager runs it (read-only root, user 65532), then config/default on the devenv's node
+# (kubelet, kube-scheduler, containerd: metalclaim.devenv.node; root): tests/node.
+node-test: image controlplane
+	METALCLAIM_IMAGE=$(IMAGE) $(PY) -m pytest -p no:xdist --durations=10 tests/node -q
 
 # Figures, never pass/fail, and not part of `make test`: its own devenv, sizes in BENCH_ARGS (see bench/run.py --help).
 bench: setup controlplane

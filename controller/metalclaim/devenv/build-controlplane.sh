@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build kube-apiserver, kube-controller-manager, kubectl and etcd from Go modules
 # with the machine's Go toolchain, cached by version outside the repository.
+# --node: also kubelet and kube-scheduler (the devenv's node, metalclaim.devenv.node), the same way.
 #
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every k8s.io/*
 # staging module with a local path. We build it from a throwaway module that
@@ -12,6 +13,7 @@ K8S_VERSION=${K8S_VERSION:-v1.36.3}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 CACHE_DIR=${METALCLAIM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/metalclaim}
 K8S_BIN=$CACHE_DIR/kubernetes-$K8S_VERSION
+NODE_BIN=$CACHE_DIR/kubernetes-node-$K8S_VERSION
 ETCD_BIN=$CACHE_DIR/etcd-$ETCD_VERSION
 
 log() { printf '[build-controlplane] %s\n' "$*" >&2; }
@@ -82,10 +84,23 @@ build_kubernetes() {
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
 }
 
+build_node() {
+  if [[ -x $NODE_BIN/kubelet && -x $NODE_BIN/kube-scheduler ]]; then
+    log "kubelet, kube-scheduler $K8S_VERSION: cached in $NODE_BIN"; return
+  fi
+  LDFLAGS="$ldflags_k8s" build_from_module k8s.io/kubernetes "$K8S_VERSION" "$staging_version" "$NODE_BIN" \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler
+}
+
 mkdir -p "$CACHE_DIR"
 start=$(date +%s)
 build_etcd
 build_kubernetes
+node_json=
+if [[ ${1:-} == --node ]]; then
+  build_node
+  node_json=", \"node_bin\": \"$NODE_BIN\""
+fi
 log "done in $(( $(date +%s) - start ))s"
-printf '{"kubernetes": "%s", "etcd": "%s", "kube_bin": "%s", "etcd_bin": "%s"}\n' \
-  "$K8S_VERSION" "$ETCD_VERSION" "$K8S_BIN" "$ETCD_BIN/etcd"
+printf '{"kubernetes": "%s", "etcd": "%s", "kube_bin": "%s", "etcd_bin": "%s"%s}\n' \
+  "$K8S_VERSION" "$ETCD_VERSION" "$K8S_BIN" "$ETCD_BIN/etcd" "$node_json"

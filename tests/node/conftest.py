@@ -1,0 +1,53 @@
+"""The controller image (make image) run as config/manager runs it, then on the devenv's node (make node-test).
+
+Root only (podman, containerd, kubelet). METALCLAIM_IMAGE names the image in podman's store (make node-test
+passes make image's); METALCLAIM_DEVENV=<dir> reuses a running devenv (started with `--node` for test_node.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+from kubernetes import config as kube_config
+from kubernetes.dynamic import DynamicClient
+
+from metalclaim.devenv.env import Devenv
+from tests.claimlayer import Rack
+from tests.support import session_devenv
+
+FLEET_SIZE = 2
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    ref = os.environ.get("METALCLAIM_IMAGE")
+    if not ref:
+        pytest.skip("METALCLAIM_IMAGE is not set: run `make node-test` (it builds the image first)")
+    if os.geteuid() != 0 or shutil.which("podman") is None:
+        pytest.fail("tests/node need root and podman (make node-test installs bindep.txt's node profile)")
+    if subprocess.run(["podman", "image", "exists", ref], check=False).returncode != 0:
+        pytest.fail(f"{ref} is not in podman's store: run `make image IMAGE={ref}`")
+    return ref
+
+
+@pytest.fixture(scope="session")
+def devenv(tmp_path_factory) -> Devenv:
+    yield from session_devenv("METALCLAIM_DEVENV", tmp_path_factory.mktemp("devenv") / "env", FLEET_SIZE)
+
+
+@pytest.fixture(scope="session")
+def clients(devenv):
+    return {
+        identity: DynamicClient(kube_config.new_client_from_config(config_file=devenv.kubeconfig(identity)))
+        for identity in devenv.state["kubeconfigs"]
+    }
+
+
+@pytest.fixture
+def rack(clients) -> Rack:
+    rack = Rack(clients)
+    yield rack
+    rack.cleanup()
