@@ -17,16 +17,18 @@ import random
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_metadata
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import (
+    api_status,
+    error_detail,
     lock_for_binding,
     with_finalizer,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
     locked_by_another,
     locked_claim,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
@@ -108,6 +110,18 @@ def _commit(run, plan: binding.Plan, hosts_by_key: dict) -> dict:
         # Another reconcile is working on this claim right now; it will be seen again.
         result.update(action="conflict", reason="Conflict", message=str(error), changed=False)
         return result
+    except KubeError as error:
+        # This claim's alone (the batch goes on). Its condition names no candidate host: the tenant may not learn
+        # the name or namespace of a host it does not hold; the module's result (infrastructure only) has it all.
+        hidden = BindingFailed(f"binding failed on the API server (HTTP {api_status(error) or 'no answer'})")
+        failed = run.failed(claim, hidden, "bind", cond.ASSOCIATION)
+        result.update(action="error", reason=failed["state"], message=failed["message"], changed=False)
+        result["detail"] = failures.shown(error_detail(error), failures.REPORTED_LIMIT)
+        return result
+
+
+class BindingFailed(Exception):
+    """A binding write the API server refused, as the claim's tenant may read it."""
 
 
 def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> dict:

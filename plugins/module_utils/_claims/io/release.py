@@ -74,6 +74,7 @@ def release_claims(run) -> dict:
     outcome = step_each(
         [(claim, hosts) for claim in deleting],
         lambda claim, all_hosts: _release(run, claim, [h for h in all_hosts if binding.consumed_by(h, claim)]),
+        on_error=lambda claim, error: run.failed(claim, error, "release"),
     )
     outcome["orphans"] = _release_orphans(run, hosts, {binding.key(c): c for c in all_claims})
     outcome["changed"] = outcome["changed"] or any(r["changed"] for r in outcome["orphans"])
