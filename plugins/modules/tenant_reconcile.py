@@ -32,9 +32,12 @@ description:
     the claim's namespace, name, host name and conditions). A blocking hook is asked before a creation, update or
     deletion and anything but 200 in time stops it (nothing written but the status, condition C(Hooks) or
     C(Deletion) with reason C(HookRefused)); it is asked again after a backoff. Non-blocking hooks are told after the
-    change; a failed delivery stays in C(status.hooks.pending) and is retried by later runs once due. Credentials
-    come from a Secret of type C(tenancy.metalclaim.io/hook-credentials) in the namespace C(metalclaim-hooks) and
-    appear in no result, status or message. Check mode calls no hook.
+    change; a failed delivery stays in C(status.hooks.pending) and is retried by later runs once due. Each delivery
+    has one deadline, C(timeoutSeconds), for the connection, the request and the whole answer; a hook not reached
+    in time is not called again in the run, and one tenant's hooks take at most 30 seconds of a run. Credentials
+    come from a Secret of type C(tenancy.metalclaim.io/hook-credentials) in the namespace C(metalclaim-hooks),
+    labelled C(tenancy.metalclaim.io/tenant) with the tenant's name (another tenant's is never used), and appear in
+    no result, status or message. Check mode calls no hook.
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:

@@ -3,25 +3,41 @@
 1. The tenancy guard without its parameters: the ConfigMap metalclaim-system/metalclaim-tenancy-side absent, the
    tenants side's token still cannot bind a Secret-reading role beside hosts nor delete a namespace onboarding did
    not make (config/admission/tenancy_policy.yaml names the shipped identities itself).
+2. Hook credentials belong to one tenant: tenant B's Tenant names tenant A's credentials Secret and points its hook
+   at a listener of the test; A's token never reaches it.
+3. A hook that trickles its answer (one byte a second) costs its delivery one deadline (timeoutSeconds, for the
+   whole exchange, not per socket read), and another tenant in the same run is onboarded without waiting for it.
 """
 
 from __future__ import annotations
 
+import select
+import socket
+import threading
 import time
 import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.reconcile import (
+    TenantRun,
+    reconcile_tenants,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as hook_plan
 from kubernetes.client.exceptions import ApiException
 
 from tests.support import REPO_ROOT, status_of
-from tests.tenancy import RBAC, as_user, tenancy_rights
+from tests.tenancy import RBAC, TENANCY, as_user, condition, read_tenant, tenancy_rights
 
 pytestmark = pytest.mark.integration
 
 TENANT_LABEL = "tenancy.metalclaim.io/tenant"
 GUARD = "ValidatingAdmissionPolicy 'metalclaim-tenancy-side"  # the guard and its -extra policy
 PARAMS = ("metalclaim-system", "metalclaim-tenancy-side")
+CLAIM_SIDE = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}]
+HOOKS_NAMESPACE = hook_plan.CREDENTIALS_NAMESPACE
 ADMISSION = REPO_ROOT / "config" / "admission"
 
 
@@ -202,3 +218,258 @@ def test_the_guard_and_its_extra_policy_say_the_same_rule():
     }
     assert "paramRef" not in bindings["metalclaim-tenancy-side"]
     assert bindings["metalclaim-tenancy-side-extra"]["paramRef"]["name"] == PARAMS[1]
+
+
+# -- 2. hook credentials belong to one tenant ------------------------------------------------------------------
+
+
+class Listener:
+    """A hook endpoint on 127.0.0.1 recording each POST (path, headers); answers 200, or trickles (see trickle)."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self.trickles: list[dict] = []  # per trickled answer: started, ended (the caller went away), bytes sent
+        self.trickle_seconds = 0.0
+        listener = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                listener.requests.append({"path": self.path, "headers": dict(self.headers.items())})
+                if self.path.startswith("/trickle"):
+                    listener._trickle(self.connection)
+                    self.close_connection = True
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def _trickle(self, connection: socket.socket) -> None:
+        """A 200 whose header arrives one byte a second for trickle_seconds: every socket read gets a byte in time."""
+        record = {"started": time.monotonic(), "ended": None, "sent": 0}
+        self.trickles.append(record)
+        try:
+            connection.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            while time.monotonic() - record["started"] < self.trickle_seconds:
+                connection.sendall(b"z")
+                record["sent"] += 1
+                readable, _, _ = select.select([connection], [], [], 1.0)
+                if readable and not connection.recv(1):
+                    break  # the caller hung up: its deadline ran out
+            else:
+                connection.sendall(b"\r\nContent-Length: 0\r\n\r\n")
+        except OSError:
+            pass  # the caller hung up
+        record["ended"] = time.monotonic()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def at(self, path: str) -> list[dict]:
+        return [r for r in self.requests if r["path"] == path]
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def listener():
+    server = Listener()
+    yield server
+    server.stop()
+
+
+def manifest(name: str, hooks: list[dict]) -> dict:
+    return {
+        "apiVersion": TENANCY,
+        "kind": "Tenant",
+        "metadata": {"name": name},
+        "spec": {"tenantName": name, "childNamespaces": ["work"], "hooks": hooks},
+    }
+
+
+def reconcile(devenv, names: list[str]) -> dict:
+    """One tenant_reconcile run in process, as the module runs it."""
+    run = TenantRun(Kube({"kubeconfig": devenv.kubeconfig("admin")}), False, "", CLAIM_SIDE)
+    return reconcile_tenants(run, names)
+
+
+@pytest.fixture
+def tenants(clients, devenv):
+    """Tenant names for one test (made in the order asked, so they sort so); deleted afterwards, hooks first."""
+    names: list[str] = []
+    stem = uuid.uuid4().hex[:6]
+
+    def new() -> str:
+        names.append(f"ta{stem}{chr(ord('a') + len(names))}")
+        return names[-1]
+
+    yield new
+    for name in names:
+        try:
+            api(clients, "Tenant", TENANCY).patch(
+                body={"spec": {"hooks": None}}, name=name, content_type="application/merge-patch+json"
+            )
+            api(clients, "Tenant", TENANCY).delete(name=name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+    for _attempt in range(15):
+        present = [n for n in names if read_tenant(clients, n)]
+        if not present:
+            break
+        reconcile(devenv, present)
+        time.sleep(1)
+
+
+@pytest.fixture
+def hook_secrets(clients):
+    """make(tenant or None, token): a credentials Secret in the hooks namespace, labelled for `tenant` when given."""
+    if status_of(lambda: api(clients, "Namespace").get(name=HOOKS_NAMESPACE)) == 404:
+        api(clients, "Namespace").create(
+            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": HOOKS_NAMESPACE}}
+        )
+    made: list[str] = []
+
+    def make(tenant: str | None, token: str) -> str:
+        made.append(f"cred-{uuid.uuid4().hex[:8]}")
+        api(clients, "Secret").create(
+            body={
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": hook_plan.CREDENTIALS_TYPE,
+                "metadata": {
+                    "name": made[-1],
+                    "namespace": HOOKS_NAMESPACE,
+                    "labels": {TENANT_LABEL: tenant} if tenant else {},
+                },
+                "stringData": {"token": token},
+            }
+        )
+        return made[-1]
+
+    yield make
+    for name in made:
+        api(clients, "Secret").delete(name=name, namespace=HOOKS_NAMESPACE)
+
+
+def test_a_tenant_cannot_have_another_tenants_hook_token_sent_to_its_url(
+    devenv, clients, listener, tenants, hook_secrets
+):
+    a, b, c = tenants(), tenants(), tenants()
+    token_a = f"tok-a-{uuid.uuid4().hex}"
+    secret_a = hook_secrets(a, token_a)
+    unlabelled = hook_secrets(None, f"tok-nobody-{uuid.uuid4().hex}")
+
+    def hook(path: str, secret: str, blocking: bool) -> dict:
+        return {
+            "name": path.strip("/"),
+            "url": listener.url(path),
+            "blockingCall": blocking,
+            "eventTypes": ["CREATE"],
+            "credentialsSecretRef": {"name": secret},
+        }
+
+    tenants_api = api(clients, "Tenant", TENANCY)
+    tenants_api.create(body=manifest(a, [hook("/a", secret_a, blocking=True)]))
+    # B names A's Secret twice: a blocking hook asked before B's creation, a notification told after it.
+    tenants_api.create(body=manifest(b, [hook("/b-gate", secret_a, True), hook("/b-notify", secret_a, False)]))
+    # C names a credentials Secret labelled for nobody: nobody's (fails closed).
+    tenants_api.create(body=manifest(c, [hook("/c-notify", unlabelled, False)]))
+    reconcile(devenv, [a, b, c])
+    leaked = [r["path"] for r in listener.requests if r["path"] != "/a" and token_a in str(r["headers"])]
+    assert leaked == [], f"tenant A's token was sent to tenant B's (or C's) URL: {leaked}"
+    assert [r["path"] for r in listener.requests] == ["/a"], listener.requests  # nothing sent with a foreign Secret
+    assert listener.at("/a")[0]["headers"]["Authorization"] == f"Bearer {token_a}"  # A's own hook: A's token
+    assert read_tenant(clients, a)["status"]["state"] == "Deployed"
+
+    gate = condition(read_tenant(clients, b), "Hooks")
+    assert (gate["status"], gate["reason"]) == ("False", "HookRefused")
+    assert gate["message"] == (
+        f"blocking hook 'b-gate' refused CREATE: spec.hooks[0].credentialsSecretRef: credentials Secret "
+        f"{HOOKS_NAMESPACE}/{secret_a} is not labelled {TENANT_LABEL}={b}: it is another tenant's (not used)"
+    )
+    b_status = read_tenant(clients, b)["status"]
+    assert b_status["state"] == "New" and token_a not in str(b_status)
+
+    [pending] = read_tenant(clients, c)["status"]["hooks"]["pending"]
+    assert pending["lastError"] == (
+        f"spec.hooks[0].credentialsSecretRef: credentials Secret {HOOKS_NAMESPACE}/{unlabelled} has no label "
+        f"{TENANT_LABEL} (it must name the tenant it belongs to; not used)"
+    )
+    assert condition(read_tenant(clients, c), "Hooks")["reason"] == "DeliveryRetrying"
+
+    # B allowed through once its hooks name no foreign Secret: the notification is sent, without credentials.
+    tenants_api.patch(
+        body={
+            "spec": {"hooks": [{k: v for k, v in hook("/b-notify", "", False).items() if k != "credentialsSecretRef"}]}
+        },
+        name=b,
+        content_type="application/merge-patch+json",
+    )
+    reconcile(devenv, [b])
+    assert read_tenant(clients, b)["status"]["state"] == "Deployed"
+    assert [r["path"] for r in listener.requests] == ["/a", "/b-notify"]
+    assert "Authorization" not in listener.at("/b-notify")[0]["headers"]
+
+
+# -- 3. a trickling hook costs one deadline ---------------------------------------------------------------------
+
+
+def test_a_trickling_hook_costs_one_deadline_and_does_not_hold_another_tenant(devenv, clients, listener, tenants):
+    deadline = 2
+    listener.trickle_seconds = 40
+    slow, other = tenants(), tenants()  # sorted so: the run reaches the slow one first
+    hook = {
+        "name": "trickle",
+        "url": listener.url("/trickle"),
+        "blockingCall": True,
+        "eventTypes": ["CREATE"],
+        "timeoutSeconds": deadline,
+    }
+    api(clients, "Tenant", TENANCY).create(body=manifest(slow, [hook]))
+    api(clients, "Tenant", TENANCY).create(body=manifest(other, []))
+
+    deployed_at: list[float] = []
+    done = threading.Event()
+
+    def watch_other():
+        while not done.is_set() and not deployed_at:
+            if ((read_tenant(clients, other) or {}).get("status") or {}).get("state") == "Deployed":
+                deployed_at.append(time.monotonic())
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch_other, daemon=True)
+    started = time.monotonic()
+    watcher.start()
+    try:
+        reconcile(devenv, [slow, other])
+    finally:
+        ran = time.monotonic() - started
+        time.sleep(0.3)
+        done.set()
+        watcher.join()
+    [trickled] = listener.trickles
+    lasted = (trickled["ended"] or time.monotonic()) - trickled["started"]
+    print(
+        f"\ntrickling hook (deadline {deadline}s): delivery {lasted:.2f}s ({trickled['sent']} byte(s) trickled), "
+        f"other tenant Deployed after {deployed_at[0] - started if deployed_at else float('nan'):.2f}s, run {ran:.2f}s"
+    )
+    assert lasted <= deadline + 0.5, f"the trickled delivery lasted {lasted:.1f}s, its deadline is {deadline}s"
+    refused_ = condition(read_tenant(clients, slow), "Hooks")
+    assert refused_["message"] == f"blocking hook 'trickle' refused CREATE: no answer within {deadline}s"
+    assert read_tenant(clients, slow)["status"]["state"] == "New"
+    assert deployed_at, "the other tenant was not Deployed by the run"
+    assert deployed_at[0] - started <= deadline + 4, (
+        f"the other tenant waited {deployed_at[0] - started:.1f}s for the trickling hook (deadline {deadline}s)"
+    )

@@ -21,6 +21,11 @@ where the bind step reads them: claim uid -> allowed, or refused with the messag
 
 Never in a payload, the status or a message: Secret data (credentials are redacted from whatever a hook
 answers) and BMC data (a claim is described by namespace, name, host name and its conditions only).
+
+A delivery is bounded as a whole: timeoutSeconds is its deadline (connection, request and answer together, so a
+hook trickling its answer a byte at a time is cut off there), a hook that could not be reached or answered too
+late is not called again in the same run, and a tenant's hooks get TENANT_RUN_BUDGET_SECONDS per run between
+them: the tenants side runs one tenant after another, and one tenant's slow hooks must not hold the others.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import TIMESTAMP_FORMAT
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import TENANT_LABEL
 
 UTC = timezone.utc  # datetime.UTC is Python 3.11+; modules run on 3.10 too (tests/config.yml)
 
@@ -47,7 +53,9 @@ EVENT_TYPES = TENANT_EVENTS + CLAIM_EVENTS
 # Tenants are cluster-scoped, so credentials Secrets live in one namespace of their own: the tenancy identity
 # may `get` Secrets there by name (config/rbac/tenancy_hooks_role.yaml) and nowhere else, and only Secrets of
 # this type are used (another Secret of that namespace named in a ref is refused unread: a Tenant author cannot
-# have the controller send an arbitrary Secret to a URL of theirs).
+# have the controller send an arbitrary Secret to a URL of theirs). Each belongs to one tenant, named by its
+# label TENANT_LABEL: a Secret without it, or labelled for another tenant, is refused before its data is read
+# (a Tenant author cannot have another tenant's token sent to a URL of theirs either).
 CREDENTIALS_NAMESPACE = "metalclaim-hooks"
 CREDENTIALS_TYPE = "tenancy.metalclaim.io/hook-credentials"
 TOKEN_KEY = "token"
@@ -55,6 +63,9 @@ USERNAME_KEY = "username"
 PASSWORD_KEY = "password"
 
 DEFAULT_TIMEOUT_SECONDS = 5
+# What one tenant's hooks may take of a run, all deliveries together (the CRD's largest timeoutSeconds): past it,
+# its remaining deliveries wait for the next run (a blocking one counts as refused, a notification as failed).
+TENANT_RUN_BUDGET_SECONDS = 30.0
 BACKOFF_BASE_SECONDS = 2.0
 BACKOFF_CAP_SECONDS = 300.0
 # A non-blocking delivery is dropped after this many failed attempts (the condition says so).
@@ -79,12 +90,16 @@ class Hook:
     blocking: bool
     event_types: tuple[str, ...]
     credentials: str  # the Secret's name in CREDENTIALS_NAMESPACE ("" for none)
-    timeout: float
+    timeout: float  # the whole delivery's deadline, in seconds
+    tenant: str = ""  # the tenant whose spec lists it (spec.tenantName): the only one whose credentials it gets
+    field: str = ""  # where it is in that spec, e.g. spec.hooks[0]
 
 
 def hooks(tenant: dict) -> list[Hook]:
+    spec = tenant.get("spec") or {}
+    owner = spec.get("tenantName") or (tenant.get("metadata") or {}).get("name") or ""
     found = []
-    for entry in (tenant.get("spec") or {}).get("hooks") or []:
+    for index, entry in enumerate(spec.get("hooks") or []):
         found.append(
             Hook(
                 name=entry.get("name", ""),
@@ -93,6 +108,8 @@ def hooks(tenant: dict) -> list[Hook]:
                 event_types=tuple(entry.get("eventTypes") or ()),
                 credentials=(entry.get("credentialsSecretRef") or {}).get("name", ""),
                 timeout=float(entry.get("timeoutSeconds") or DEFAULT_TIMEOUT_SECONDS),
+                tenant=owner,
+                field=f"spec.hooks[{index}]",
             )
         )
     return found
@@ -238,17 +255,29 @@ def payload(event_type: str, tenant: dict, state: str, claim: dict | None = None
 # -- credentials ---------------------------------------------------------------------------------------------
 
 
-def authorization(secret: dict | None, name: str) -> tuple[str, list[str], str]:
-    """(Authorization header value, the secret values to redact, problem) from a credentials Secret.
+def credentials_where(hook: Hook) -> str:
+    """How a problem with a hook's credentials starts: the field, then the Secret."""
+    field = f"{hook.field}.credentialsSecretRef: " if hook.field else ""
+    return f"{field}credentials Secret {CREDENTIALS_NAMESPACE}/{hook.credentials}"
 
-    A token is sent as a bearer token, username and password as basic auth; anything else is a problem and
-    nothing is sent. The problem never quotes the Secret's data.
+
+def authorization(secret: dict | None, hook: Hook) -> tuple[str, list[str], str]:
+    """(Authorization header value, the secret values to redact, problem) from a hook's credentials Secret.
+
+    Only a Secret of CREDENTIALS_TYPE labelled TENANT_LABEL=<the hook's tenant> is used: its type and label are
+    checked before its data is read. A token is sent as a bearer token, username and password as basic auth;
+    anything else is a problem and nothing is sent. The problem names the field and never quotes the data.
     """
-    where = f"credentials Secret {CREDENTIALS_NAMESPACE}/{name}"
+    where = credentials_where(hook)
     if secret is None:
         return "", [], f"{where} not found"
     if secret.get("type") != CREDENTIALS_TYPE:
         return "", [], f"{where} is not of type {CREDENTIALS_TYPE} (not used)"
+    owner = ((secret.get("metadata") or {}).get("labels") or {}).get(TENANT_LABEL)
+    if not owner:
+        return "", [], f"{where} has no label {TENANT_LABEL} (it must name the tenant it belongs to; not used)"
+    if not hook.tenant or owner != hook.tenant:
+        return "", [], f"{where} is not labelled {TENANT_LABEL}={hook.tenant}: it is another tenant's (not used)"
     data = {}
     try:
         for key, value in (secret.get("data") or {}).items():

@@ -35,8 +35,19 @@ def claim(name="c1", host="", provisioned=False, namespace="blue-slurm") -> dict
     return {"metadata": {"namespace": namespace, "name": name}, "status": status}
 
 
-def secret(type_=hooks.CREDENTIALS_TYPE, **data) -> dict:
-    return {"type": type_, "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+def secret(type_=hooks.CREDENTIALS_TYPE, tenant="blue", **data) -> dict:
+    labels = {hooks.TENANT_LABEL: tenant} if tenant else {}
+    return {
+        "type": type_,
+        "metadata": {"name": "c", "namespace": hooks.CREDENTIALS_NAMESPACE, "labels": labels},
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }
+
+
+def blue_hook(index=0, credentials="c") -> hooks.Hook:
+    """Hook number `index` of tenant blue, naming the credentials Secret `credentials`."""
+    entry = hook(name=f"h{index}", credentialsSecretRef={"name": credentials})
+    return hooks.hooks(tenant(*[hook(name=f"x{i}") for i in range(index)], entry))[index]
 
 
 # -- validation ----------------------------------------------------------------------------------------------
@@ -158,10 +169,18 @@ def test_the_payload_is_tapms_shaped_with_no_secret_or_bmc_data():
 # -- credentials and redaction -------------------------------------------------------------------------------
 
 
+def test_a_hook_knows_its_tenant_and_its_field():
+    found = hooks.hooks(tenant(hook(name="a"), hook(name="b", credentialsSecretRef={"name": "c"}, timeoutSeconds=7)))
+    assert [(h.name, h.tenant, h.field, h.credentials, h.timeout) for h in found] == [
+        ("a", "blue", "spec.hooks[0]", "", 5.0),
+        ("b", "blue", "spec.hooks[1]", "c", 7.0),
+    ]
+
+
 def test_a_token_is_a_bearer_and_a_username_password_basic_auth():
-    header, values, problem = hooks.authorization(secret(token="s3cr3t"), "c")
+    header, values, problem = hooks.authorization(secret(token="s3cr3t"), blue_hook())
     assert (header, problem) == ("Bearer s3cr3t", "") and "s3cr3t" in values
-    header, values, problem = hooks.authorization(secret(username="u", password="pw"), "c")
+    header, values, problem = hooks.authorization(secret(username="u", password="pw"), blue_hook())
     assert header == "Basic " + base64.b64encode(b"u:pw").decode() and problem == ""
 
 
@@ -172,15 +191,42 @@ def test_credentials_refused_without_quoting_them():
         (secret(token="s3cr3t", username="u", password="pw"), "either token or"),
         (secret(username="u"), "either token or"),
         (secret(token="s3cr3t\r\nX-Evil: 1"), "line break"),
-        ({"type": hooks.CREDENTIALS_TYPE, "data": {"token": "%%%"}}, "not base64"),
+        ({**secret(), "data": {"token": "%%%"}}, "not base64"),
     ]
     for given, expected in cases:
-        header, _values, problem = hooks.authorization(given, "c")
+        header, _values, problem = hooks.authorization(given, blue_hook(1))
         assert header == "" and expected in problem and "s3cr3t" not in problem, (given, problem)
+        assert problem.startswith("spec.hooks[1].credentialsSecretRef: credentials Secret metalclaim-hooks/c")
+
+
+def test_credentials_belong_to_the_tenant_their_label_names_checked_before_the_data_is_read():
+    """Tenant blue naming another tenant's Secret (or one labelled for nobody) gets nothing out of it: the problem
+    names the field, and the data is not even decoded (undecodable data would be another problem)."""
+    undecodable = {"token": "%%% not base64"}
+    others = {**secret(tenant="red"), "data": undecodable}
+    header, values, problem = hooks.authorization(others, blue_hook(2, credentials="red-cmdb"))
+    assert (header, values) == ("", [])
+    assert problem == (
+        "spec.hooks[2].credentialsSecretRef: credentials Secret metalclaim-hooks/red-cmdb is not labelled "
+        "tenancy.metalclaim.io/tenant=blue: it is another tenant's (not used)"
+    )
+    nobodys = {**secret(tenant=None), "data": undecodable}
+    header, values, problem = hooks.authorization(nobodys, blue_hook())
+    assert (header, values) == ("", [])
+    assert problem == (
+        "spec.hooks[0].credentialsSecretRef: credentials Secret metalclaim-hooks/c has no label "
+        "tenancy.metalclaim.io/tenant (it must name the tenant it belongs to; not used)"
+    )
+    # A label that only looks like the tenant's is another tenant's; a hook of no tenant gets no credentials.
+    assert "another tenant's" in hooks.authorization(secret(tenant="blue ", token="t"), blue_hook())[2]
+    orphan = hooks.Hook("h", "http://127.0.0.1:9/h", False, ("CREATE",), "c", 5.0)
+    assert hooks.authorization(secret(token="t"), orphan)[0] == ""
+    # The type is checked first: a Secret not meant for hooks is never one of a tenant's, whatever its labels.
+    assert "is not of type" in hooks.authorization(secret(type_="Opaque", token="t"), blue_hook())[2]
 
 
 def test_redaction_covers_values_their_base64_and_the_header():
-    _header, values, _problem = hooks.authorization(secret(username="admin", password="hunter2"), "c")
+    _header, values, _problem = hooks.authorization(secret(username="admin", password="hunter2"), blue_hook())
     basic = base64.b64encode(b"admin:hunter2").decode()
     text = f"answered 401: bad Basic {basic} for hunter2 ({base64.b64encode(b'hunter2').decode()})"
     redacted = hooks.redact(text, values)
