@@ -138,6 +138,17 @@ def credentials(clients):
         api(clients, "Secret").delete(name=name, namespace=HOOKS_NAMESPACE)
 
 
+def owned_by(clients, secret: str, tenant: str) -> str:
+    """`secret` labelled as `tenant`'s credentials: only that tenant's hooks may use it (another's get nothing)."""
+    api(clients, "Secret").patch(
+        name=secret,
+        namespace=HOOKS_NAMESPACE,
+        body={"metadata": {"labels": {TENANT_LABEL: tenant}}},
+        content_type="application/merge-patch+json",
+    )
+    return secret
+
+
 def owned_namespaces(clients, name: str) -> list[str]:
     items = api(clients, "Namespace").get(label_selector=f"{TENANT_LABEL}={name}").items
     return sorted(i.metadata.name for i in items if not i.metadata.deletionTimestamp)
@@ -250,14 +261,14 @@ def test_a_blocking_hook_stops_create_update_and_delete_until_it_answers_200(
         "url": server.url("/gate"),
         "blockingCall": True,
         "eventTypes": ["CREATE", "UPDATE", "DELETE"],
-        "credentialsSecretRef": {"name": credentials["token"]},
+        "credentialsSecretRef": {"name": owned_by(clients, credentials["token"], name)},
         "timeoutSeconds": 3,
     }
     notify = {
         "name": "notify",
         "url": server.url("/notify"),
         "eventTypes": ["CREATE", "UPDATE", "DELETE"],
-        "credentialsSecretRef": {"name": credentials["basic"]},
+        "credentialsSecretRef": {"name": owned_by(clients, credentials["basic"], name)},
     }
     # The hook refuses, echoing the Authorization header it got (a careless or hostile hook): never in the status.
     server.answers["/gate"] = lambda r: (500, f"not in the CMDB yet ({r['headers']['Authorization']})".encode(), {})
@@ -368,7 +379,7 @@ def test_a_non_blocking_hook_never_delays_the_change_and_is_retried_with_backoff
             "name": "down",
             "url": server.url("/down"),
             "eventTypes": ["CREATE"],
-            "credentialsSecretRef": {"name": credentials["token"]},
+            "credentialsSecretRef": {"name": owned_by(clients, credentials["token"], name)},
         },
     ]
     api(clients, "Tenant", TENANCY).create(body=manifest(name, hooks))
@@ -587,7 +598,7 @@ def test_credentials_go_nowhere_else(devenv, clients, server, credentials, tenan
                     "url": server.url("/steal"),
                     "blockingCall": True,
                     "eventTypes": ["CREATE"],
-                    "credentialsSecretRef": {"name": credentials["opaque"]},
+                    "credentialsSecretRef": {"name": owned_by(clients, credentials["opaque"], opaque)},
                 }
             ],
         )
@@ -603,7 +614,7 @@ def test_credentials_go_nowhere_else(devenv, clients, server, credentials, tenan
                     "url": server.url("/moved"),
                     "blockingCall": True,
                     "eventTypes": ["CREATE"],
-                    "credentialsSecretRef": {"name": credentials["token"]},
+                    "credentialsSecretRef": {"name": owned_by(clients, credentials["token"], redirected)},
                 }
             ],
         )
@@ -613,7 +624,8 @@ def test_credentials_go_nowhere_else(devenv, clients, server, credentials, tenan
     assert server.at("/moved")[0]["headers"]["Authorization"] == f"Bearer {TOKEN}"  # the hook itself, only
     refused = condition(read_tenant(clients, opaque), "Hooks")
     assert refused["message"] == (
-        f"blocking hook 'gate' refused CREATE: credentials Secret {HOOKS_NAMESPACE}/{credentials['opaque']} "
+        f"blocking hook 'gate' refused CREATE: spec.hooks[0].credentialsSecretRef: credentials Secret "
+        f"{HOOKS_NAMESPACE}/{credentials['opaque']} "
         f"is not of type {hook_plan.CREDENTIALS_TYPE} (not used)"
     )
     assert (
@@ -739,7 +751,7 @@ def test_the_controller_asks_again_and_retries_by_itself(
             "url": server.url("/gate"),
             "blockingCall": True,
             "eventTypes": ["CREATE", "DELETE"],
-            "credentialsSecretRef": {"name": credentials["token"]},
+            "credentialsSecretRef": {"name": owned_by(clients, credentials["token"], name)},
         },
         {"name": "notify", "url": server.url("/notify"), "eventTypes": ["CREATE"]},
     ]
