@@ -28,7 +28,7 @@ description:
   - A hardware cluster is the tenant's choice and may never answer. Every request to it (discovery included) has
     5 s to connect and 10 s per read, with no retry and no redirect followed, and each claim 20 s there in all per
     run; then C(RemoteCluster) says it did not answer (C(Unreachable), the error's type only) and the claim's
-    C(requeue_after) grows with the time it has not answered (5 s, then about doubling, at most 300 s). A cluster
+    C(requeue_after) grows with the time it has not answered (5 s, then half that time, at most 300 s). A cluster
     that did not answer is asked once per run; claims whose cluster answered last time go first.
   - The contract (what crosses, which way) is in C(docs/remote.md).
 author:

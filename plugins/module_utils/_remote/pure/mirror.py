@@ -62,10 +62,11 @@ COPY_OF_LABEL = "metalclaim.io/mirror-of-claim"  # on remote Secret copies: the 
 POLL_STEADY = 30.0
 POLL_CHANGING = 2.0
 POLL_QUIET_FRACTION = 0.25  # not Ready: poll after a quarter of the time since its last transition
-# A hardware cluster that does not answer is asked again after POLL_UNREACHABLE seconds, then after as long as it
-# has not answered (each delay about doubling), at most POLL_UNREACHABLE_MAX: one that never answers costs a
-# run every few minutes, not every few seconds.
+# A hardware cluster that does not answer is asked again after POLL_UNREACHABLE seconds, then after half the time
+# it has not answered (each delay about 1.5 times the last), at most POLL_UNREACHABLE_MAX: one that never answers
+# costs a run every few minutes, not every few seconds, and one back after a short outage is seen again soon.
 POLL_UNREACHABLE = 5.0
+POLL_UNREACHABLE_FRACTION = 0.5
 POLL_UNREACHABLE_MAX = 300.0
 
 # Conditions of a remote claim, besides those the hardware cluster's claim layer writes.
@@ -287,14 +288,15 @@ def poll_after(remote: dict | None, now: float) -> float:
 
 def unreachable_after(local: dict, now: float) -> float:
     """Seconds until a claim whose hardware cluster did not answer is looked at again, from its RemoteCluster
-    condition before this run: POLL_UNREACHABLE the first time, then the time since it turned False (so each delay
-    about doubles), at most POLL_UNREACHABLE_MAX. Kept on the claim: a restarted controller backs off the same."""
+    condition before this run: POLL_UNREACHABLE the first time, then half the time since it turned False (each
+    delay about 1.5 times the last), at most POLL_UNREACHABLE_MAX. Kept on the claim: a restarted controller backs
+    off the same."""
     conditions = (local.get("status") or {}).get("conditions") or []
     reachable = cond.find(conditions, REMOTE_CLUSTER) or {}
     if reachable.get("status") != "False":
         return POLL_UNREACHABLE
     since = now - _epoch(reachable.get("lastTransitionTime"))
-    return min(POLL_UNREACHABLE_MAX, max(POLL_UNREACHABLE, since))
+    return min(POLL_UNREACHABLE_MAX, max(POLL_UNREACHABLE, since * POLL_UNREACHABLE_FRACTION))
 
 
 def unanswered_message(error_type: str, late: bool, deadline: float) -> str:

@@ -109,7 +109,7 @@ def test_a_silent_cluster_is_asked_once_a_run_and_the_claims_say_it_did_not_answ
     turned = m.cond.find(local.claims["a"]["status"]["conditions"], m.REMOTE_CLUSTER)["lastTransitionTime"]
     transition = m._epoch(turned)
     again = io.RemoteRun(local, [], False, [], "2030-01-01T00:00:30Z", client_factory=_silent)
-    monkeypatch.setattr(io.time, "time", lambda: transition + 30)
+    monkeypatch.setattr(io.time, "time", lambda: transition + 60)
     delays = [entry["requeue_after"] for entry in io.mirror_claims(again)["claims"]]
     assert delays == [30.0, 30.0]
 

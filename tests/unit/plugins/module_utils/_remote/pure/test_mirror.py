@@ -179,16 +179,16 @@ def test_a_hardware_cluster_that_does_not_answer_is_asked_again_later_and_later(
     start = datetime.datetime(2026, 11, 24, 12, 0, 0, tzinfo=datetime.UTC).timestamp()
     claim, now, delays = local(), start, []
     unanswered = ("False", m.UNREACHABLE, m.unanswered_message("ReadTimeoutError", False, 20))
-    for _run in range(8):
+    for _run in range(12):
         delays.append(m.unreachable_after(claim, now))
         status = m.local_status(claim, None, unanswered, ("Unknown", m.UNREACHABLE, "x"), _stamp(now))
         claim = {**claim, "status": status}
         now += 5 + delays[-1]  # the run's cost, then the delay
-    assert delays[0] == m.POLL_UNREACHABLE
-    assert all(later > earlier for earlier, later in itertools.pairwise(delays[:6])), delays
-    assert delays[5] >= 8 * delays[0] and max(delays) == m.POLL_UNREACHABLE_MAX, delays
-    # Eight runs in more than ten minutes, where a fixed 5 s delay made 60.
-    assert now - start > 600
+    assert delays[:3] == [m.POLL_UNREACHABLE, m.POLL_UNREACHABLE, 10.0]  # a short outage is seen again soon
+    assert all(later >= earlier for earlier, later in itertools.pairwise(delays)), delays
+    assert delays[7] > 20 * delays[0] and max(delays) == m.POLL_UNREACHABLE_MAX, delays
+    # Twelve runs in more than twenty minutes, where a fixed 5 s delay made 120.
+    assert now - start > 1200
     # Answering again starts over: the next outage is retried soon again.
     answered = m.local_status(claim, None, ("True", m.REACHABLE, "ns"), ("True", m.SYNCED, "x"), _stamp(now))
     assert m.unreachable_after({**claim, "status": answered}, now + 3600) == m.POLL_UNREACHABLE
