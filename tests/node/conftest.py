@@ -18,7 +18,7 @@ from metalclaim.devenv.env import Devenv
 from tests.claimlayer import Rack
 from tests.support import session_devenv
 
-FLEET_SIZE = 2
+FLEET_SIZE = 3
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""python -m metalclaim.devenv up|status|down --dir DIR [--hosts N | --vms N] [--clusters 2]"""
+"""python -m metalclaim.devenv up|status|down --dir DIR [--hosts N | --vms N] [--clusters 2] [--node]"""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import clusters
+from . import clusters, node
 from .env import Devenv
 from .processes import DevenvError, alive
 
@@ -27,6 +27,8 @@ def summary(env: Devenv) -> str:
         lines += [f"  serial     {s['name']}: {s['serial_log']}" for s in state["vms"]["systems"]]
     elif "redfish" in state:
         lines.append(f"  redfish    {state['redfish']['endpoint']} ({state['fleet_size']} systems, basic auth)")
+    if "node" in state:
+        lines.append(f"  node       {state['node']['name']} (kubelet, containerd {state['node']['containerd']})")
     lines.append(
         "  processes  " + ", ".join(f"{name}={'up' if alive(pid) else 'DOWN'}" for name, pid in env.processes().items())
     )
@@ -52,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-register", action="store_true", help="start the systems without creating BareMetalHosts")
     parser.add_argument("--bare", action="store_true", help="only the control plane: no CRDs, RBAC or fleet")
+    parser.add_argument(
+        "--node",
+        action="store_true",
+        help="also a node (kubelet, kube-scheduler, containerd) that runs pods: root; metalclaim.devenv.node",
+    )
     parser.add_argument("--json", action="store_true", help="print the state file instead of a summary")
     args = parser.parse_args(argv)
     try:
@@ -59,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             env = Devenv.up(args.dir, args.hosts, register=not args.no_register, bare=args.bare, vm_count=args.vms)
             if args.clusters == 2:
                 clusters.up(env, args.hosts)
+            if args.node:
+                node.up(env)
         else:
             env = Devenv.load(args.dir.resolve())
             if env is None:
@@ -68,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 hardware = clusters.load(env.directory)
                 if hardware is not None:  # its processes live under this directory: stopped before it goes
                     hardware.down()
+                node.down(env)  # its pods, mounts and cgroups before the processes and the directory go
                 env.down()
                 print(f"devenv in {env.directory} stopped and removed")
                 return 0

@@ -263,3 +263,28 @@ def start_apiserver(state: dict, argv: list[str]) -> int:
 def restart_apiserver(state: dict, grace: float = 5.0) -> int:
     """Stop and start the devenv's kube-apiserver with the same command line; returns the new pid."""
     return start_apiserver(state, stop_apiserver(state, grace))
+
+
+def restart_controller_manager(state: dict, controllers: tuple[str, ...]) -> int:
+    """Restart the devenv's kube-controller-manager running `controllers` (its other flags kept); returns the new pid.
+
+    The devenv's node (metalclaim.devenv.node) needs the controllers that run pods: deployments, replica sets,
+    node lifecycle (the not-ready taint lifted, pods of a lost node evicted)."""
+    pid = state["pids"]["kube-controller-manager"]
+    try:
+        argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")]
+    except OSError as error:
+        raise DevenvError(f"kube-controller-manager (pid {pid}) is not running: {error}") from error
+    argv = [a for a in argv if not a.startswith("--controllers=")] + [f"--controllers={','.join(controllers)}"]
+    port = next(a.split("=", 1)[1] for a in argv if a.startswith("--secure-port="))
+    stop_process_group(pid)
+    log_file = Path(state["logs"]) / "kube-controller-manager.log"
+    pid = spawn(argv, log_file)
+    state["pids"]["kube-controller-manager"] = pid
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # self-signed serving cert; only /healthz is read
+    wait_until(
+        lambda: http_ok(f"https://127.0.0.1:{port}/healthz", context), "kube-controller-manager", 60, pid, log_file
+    )
+    return pid
