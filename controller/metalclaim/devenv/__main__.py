@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "up":
+            existing = Devenv.load(args.dir.resolve())
+            if existing is not None and "node" in existing.state:  # Devenv.up replaces it: its node goes first
+                same = existing.state.get("fleet_size") == args.hosts and existing.vm_count == args.vms
+                if not (same and existing.healthy()):
+                    node.down(existing)
             env = Devenv.up(args.dir, args.hosts, register=not args.no_register, bare=args.bare, vm_count=args.vms)
             if args.clusters == 2:
                 clusters.up(env, args.hosts)
