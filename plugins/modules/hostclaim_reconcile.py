@@ -144,9 +144,8 @@ errors:
   description:
     - The claims that failed in this run, each by itself (the rest of the batch was reconciled), one entry per
       failure, sorted by claim. The controller retries these claims alone, with a growing delay.
-    - C(step) is where it failed (C(sync) for a bound claim's step, C(status) for its status write); C(message)
-      what failed and the API server's answer (URLs and addresses taken out, at most 4 KiB). A deleted claim whose
-      release failed shows C(state=error) in RV(release.claims) instead.
+    - C(step) is where it failed (C(release), C(bind), C(sync) for a bound claim's step, C(status) for its status
+      write); C(message) what failed and the API server's answer (URLs and addresses taken out, at most 4 KiB).
   returned: always
   type: list
   elements: dict
