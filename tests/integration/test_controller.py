@@ -365,7 +365,9 @@ def test_the_installed_service_account_runs_the_controller(devenv, clients, rack
         tmp_path,
         "--kubeconfig",
         str(kubeconfig),
-        *claim_side(rack, leader_elect=True),
+        *claim_side(rack),
+        "--leader-elect",  # on its own Lease, metalclaim-controller, as the Deployment: the only one it may hold
+        "true",
         kubeconfig_identity=None,
     )
     try:

@@ -497,7 +497,8 @@ def test_admission_bindings_name_their_policy_and_parameters():
         assert policy["spec"]["failurePolicy"] == "Fail"
         resources = {r for rule in policy["spec"]["matchConstraints"]["resourceRules"] for r in rule["resources"]}
         tenancy = {"namespaces", "resourcequotas", "rolebindings", "hostdeploypolicies"}
-        assert resources in ({"hostclaims"}, {"secrets"}, tenancy), resources
+        hosts = {"baremetalhosts", "baremetalhosts/status"}
+        assert resources in ({"hostclaims"}, {"secrets"}, tenancy, hosts, {"leases"}), resources
         if "paramKind" in policy["spec"]:
             ref = binding["spec"]["paramRef"]
             param = kinds[policy["spec"]["paramKind"]["kind"]][ref["name"]]

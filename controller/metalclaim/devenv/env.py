@@ -27,6 +27,7 @@ TENANT_NAMESPACES = {"tenant-a": "cluster-ns", "tenant-b": "tenant-b"}
 HOST_PREFIX = "bm"
 CLAIMS_USER = IDENTITIES["controller"][0]  # the controller's claim side
 PROVISIONER_USER = IDENTITIES["provisioner"][0]  # the controller's provisioner side
+TEST_LEASES_ROLE = "metalclaim-devenv-test-leases"
 
 
 def progress(message: str) -> None:
@@ -203,17 +204,22 @@ def tenancy_objects() -> list[dict]:
         *infra_namespace_bindings(INFRA_NAMESPACE),
         cluster_role_binding("metalclaim-controller", CLAIMS_USER),
         cluster_role_binding("metalclaim-provisioner", PROVISIONER_USER),
-        # The leader-election Role (config/rbac) for both sides; config/manager binds the ServiceAccounts.
+        # Each side's leader-election Role (config/rbac/leader_election_role.yaml: its own Lease by name), as
+        # config/manager binds the ServiceAccounts.
+        leader_election_binding("metalclaim-leader-election", CLAIMS_USER),
+        leader_election_binding("metalclaim-provisioner-leader-election", PROVISIONER_USER),
+        # Devenv only: the tests elect as the claim side on Leases of their own names (one per test, so that xdist
+        # workers share the environment), which no Role can name in advance. The claim side may take any Lease of
+        # metalclaim-system here but the provisioner's, which config/admission/lease_policy.yaml refuses it.
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "metalclaim-leader-election", "namespace": "metalclaim-system"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "metalclaim-leader-election"},
-            "subjects": [
-                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}
-                for user in (CLAIMS_USER, PROVISIONER_USER)
+            "kind": "Role",
+            "metadata": {"name": TEST_LEASES_ROLE, "namespace": "metalclaim-system"},
+            "rules": [
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "create", "update"]}
             ],
         },
+        leader_election_binding(TEST_LEASES_ROLE, CLAIMS_USER),
     ]
     for tenant, ns in TENANT_NAMESPACES.items():
         objects.append(namespace(ns, {"metalclaim.io/role": "tenant", "metalclaim.io/tenant": tenant}))
@@ -235,6 +241,17 @@ def infra_namespace_bindings(name: str) -> list[dict]:
 def tenant_namespace_bindings(name: str) -> list[dict]:
     """A tenant namespace's Secret rights for the claim side: it reads the Secrets claims reference."""
     return [role_binding("metalclaim-tenant-secrets", name, "metalclaim-tenant-secrets-reader", CLAIMS_USER)]
+
+
+def leader_election_binding(role: str, user: str) -> dict:
+    """`user` bound to the Role `role` of metalclaim-system (a RoleBinding of the Role's name)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": role, "namespace": "metalclaim-system"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
 
 
 def cluster_role_binding(role: str, user: str) -> dict:
