@@ -144,9 +144,14 @@ image: build
 	bash hack/system-packages.sh node
 	bash hack/build-image.sh $(IMAGE)
 
+# kubelet and kube-scheduler for the devenv's node, built from Go modules as the control plane is (same cache).
+node-binaries: controlplane
+	bash controller/metalclaim/devenv/build-controlplane.sh --node >/dev/null
+
 # The image as config/manager runs it (read-only root, user 65532), then config/default on the devenv's node
-# (kubelet, kube-scheduler, containerd: metalclaim.devenv.node; root): tests/node.
-node-test: image controlplane
+# (kubelet, kube-scheduler, containerd: metalclaim.devenv.node; root): tests/node. `make -j2 node-test` builds the
+# image (mostly downloads) while Go builds kubelet.
+node-test: image node-binaries
 	METALCLAIM_IMAGE=$(IMAGE) $(PY) -m pytest -p no:xdist --durations=10 tests/node -q
 
 # Figures, never pass/fail, and not part of `make test`: its own devenv, sizes in BENCH_ARGS (see bench/run.py --help).
