@@ -436,6 +436,7 @@ def down(env: Devenv) -> None:
         if name in pids:
             stop_process_group(pids.pop(name), timeout=10)
     _kill_shims(env.state["node"]["containerd"])
+    _remove_shim_sockets(env.state["node"]["containerd"], directory / "containerd" / "state")
     if "containerd" in pids:
         stop_process_group(pids.pop("containerd"), timeout=10)
     _kill_cgroup_tree()
@@ -483,6 +484,15 @@ def _kill_shims(address: str) -> None:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
             if argv and argv[0].endswith(b"containerd-shim-runc-v2") and address.encode() in argv:
                 os.kill(int(entry.name), 9)
+
+
+def _remove_shim_sockets(address: str, state: Path) -> None:
+    """A killed shim leaves its socket: /run/containerd/s/<sha256 of address/namespace/id> (containerd 1.6)."""
+    tasks = state / "io.containerd.runtime.v2.task" / NAMESPACE
+    for task in tasks.iterdir() if tasks.is_dir() else ():
+        name = hashlib.sha256(os.path.join(address, NAMESPACE, task.name).encode()).hexdigest()
+        with contextlib.suppress(OSError):
+            (SHIM_SOCKET_DIRS[0] / name).unlink()
 
 
 def _unmount_under(paths: list[Path]) -> None:
