@@ -177,7 +177,8 @@ def test_the_media_server_runs_beside_the_provisioner(default):
     deploy = deployment(default, "metalclaim-provisioner")
     spec = deploy["spec"]
     # Its media directory is the pod's: one pod, never two at once, or the Service would lead BMCs to the wrong one.
-    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    # The old pod goes before the new one starts (Recreate's effect, upgradable from a RollingUpdate Deployment).
+    assert spec["replicas"] == 1 and spec["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
     provisioner, media = container(deploy, "controller"), container(deploy, "media-server")
     assert media["command"] == ["metalclaim-mediaserver"]
     assert media["image"] == provisioner["image"]

@@ -49,13 +49,16 @@ try:
             self._connect = connect
             self._read = read
 
-        def urlopen(self, method, url, redirect=True, **kw):
+        def request(self, method, url, *args, **kw):
+            # What the kubernetes client's REST layer calls for every request: its own timeout and retries
+            # give way to the claim's deadline, none, and no redirect is followed.
             left = self._remaining()
             if left <= 0:
                 raise DeadlineExceeded("the deadline has passed")
             kw["timeout"] = urllib3.Timeout(connect=min(self._connect, left), read=min(self._read, left))
             kw["retries"] = False
-            return super().urlopen(method, url, redirect=False, **kw)
+            kw["redirect"] = False
+            return super().request(method, url, *args, **kw)
 
     class _MemoryDiscoverer(LazyDiscoverer):
         """LazyDiscoverer whose cache lives only in this client: never read from nor written to a file."""
