@@ -27,6 +27,12 @@ def guide_object(kind: str) -> tuple[str, dict]:
     raise LookupError(f"no {kind} in {USER_GUIDE}")
 
 
+def manifest_objects(docs) -> list[dict]:
+    """The objects of parsed manifest documents, a List's items expanded (as kubectl, kustomize and
+    kubernetes.core.k8s do): config/ keeps one document per file, several objects as a List."""
+    return [item for doc in docs if doc for item in (doc["items"] if doc.get("kind") == "List" else [doc])]
+
+
 def eventually(check, timeout: float = 60.0, interval: float = 0.5, message: str = "condition"):
     """Poll until check() returns a truthy value; the cluster's controllers are asynchronous."""
     deadline = time.monotonic() + timeout

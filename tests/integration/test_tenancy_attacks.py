@@ -193,8 +193,8 @@ def test_the_guard_and_its_extra_policy_say_the_same_rule():
     """No API server needed: the two policies differ only in who they hold (fixed names, the ConfigMap's)."""
     policies = {
         d["metadata"]["name"]: d["spec"]
-        for d in yaml.safe_load_all((ADMISSION / "tenancy_policy.yaml").read_text())
-        if d and d["kind"] == "ValidatingAdmissionPolicy"
+        for d in yaml.safe_load((ADMISSION / "tenancy_policy.yaml").read_text())["items"]
+        if d["kind"] == "ValidatingAdmissionPolicy"
     }
     guard, extra = policies["metalclaim-tenancy-side"], policies["metalclaim-tenancy-side-extra"]
     assert "paramKind" not in guard and extra["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
@@ -213,8 +213,7 @@ def test_the_guard_and_its_extra_policy_say_the_same_rule():
         assert f"'{user}'" in extra["matchConditions"][0]["expression"]  # held once, by the guard
     bindings = {
         d["spec"]["policyName"]: d["spec"]
-        for d in yaml.safe_load_all((ADMISSION / "tenancy_binding.yaml").read_text())
-        if d
+        for d in yaml.safe_load((ADMISSION / "tenancy_binding.yaml").read_text())["items"]
     }
     assert "paramRef" not in bindings["metalclaim-tenancy-side"]
     assert bindings["metalclaim-tenancy-side-extra"]["paramRef"]["name"] == PARAMS[1]

@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import manifest_objects
+
 REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "config" / "crd"
 ADMISSION_DIR = REPO / "config" / "admission"
@@ -468,7 +470,7 @@ def test_unknown_operators_are_not_in_the_enum():
 
 # --------------------------------------------------------------------------- admission policies
 def admission_docs(name):
-    return [d for d in yaml.safe_load_all((ADMISSION_DIR / name).read_text()) if d]
+    return manifest_objects(yaml.safe_load_all((ADMISSION_DIR / name).read_text()))
 
 
 def admission_objects():

@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import manifest_objects
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config"
 NAMESPACE = "metalclaim-system"
@@ -49,7 +51,7 @@ _Loader.yaml_implicit_resolvers = {
 
 
 def _load_all(text: str) -> list[dict]:
-    return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc]
+    return manifest_objects(yaml.load_all(text, Loader=_Loader))
 
 
 def _kubectl() -> str | None:

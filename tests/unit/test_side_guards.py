@@ -24,11 +24,13 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import RESERVED_FOR_ANNOTATION
 
+from tests.support import manifest_objects
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def documents(path: str) -> list[dict]:
-    return [d for d in yaml.safe_load_all((REPO / path).read_text()) if d]
+    return manifest_objects(yaml.safe_load_all((REPO / path).read_text()))
 
 
 def variables(name: str) -> dict[str, str]:
