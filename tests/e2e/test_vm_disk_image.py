@@ -12,6 +12,7 @@ Each phase's duration is printed on stderr and written to <devenv>/vm-phases.jso
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -43,6 +44,11 @@ def vm_env(tmp_path_factory, pytestconfig):
     yield from vm_environment(tmp_path_factory, pytestconfig, "vm-disk")
 
 
+# sushy-tools' libvirt driver copies an inserted ISO into its pool within the InsertMedia request (the deploy ISO is
+# 144 MiB), and a reset waits on QEMU: 3 s (tests/site.FAST) timed out on a loaded 2-core machine.
+VM_REDFISH_TIMEOUT = 30
+
+
 @pytest.fixture(scope="module")
 def media(vm_env) -> dict:
     """The deploy ISO and the tenant image on the devenv's image server; bmh_redfish's media options."""
@@ -54,6 +60,7 @@ def media(vm_env) -> dict:
             "media_dir": vm_env.state["vms"]["media_dir"],
             "media_url": vm_env.state["vms"]["media_url"],
             "callback_timeout": CALLBACK_TIMEOUT,
+            "redfish_timeout": VM_REDFISH_TIMEOUT,
         },
     }
 
@@ -205,6 +212,13 @@ def test_a_wrong_checksum_fails_cleanly_then_the_fixed_claim_boots_its_disk_imag
 
 def test_deprovisioning_cleans_the_disk_and_a_second_tenant_provisions(vm_env, site, media):
     options = media["options"]
+    # Tenant A also wrote to the second disk: a partition table and a marker (as its OS would).
+    data_disk = Path(vm(vm_env)["data_disk"])
+    subprocess.run(["sfdisk", "--quiet", str(data_disk)], input=b"label: gpt\nstart=2048, type=L\n", check=True)
+    with data_disk.open("r+b") as handle:
+        handle.seek(2048 * 512)
+        handle.write(DISK_MARKER.encode())
+    assert partition_table(data_disk) is not None
     serial = SerialWatch(serial_log(vm_env), (CLEANED_MILESTONE,))
     started = time.monotonic()
     site.api("HostClaim", identity="tenant-a").delete(name="disk", namespace=TENANT)
@@ -222,6 +236,10 @@ def test_deprovisioning_cleans_the_disk_and_a_second_tenant_provisions(vm_env, s
     assert host["status"]["poweredOn"] is False and not host_error(site)[0]
     assert signatures(disk(vm_env)) == "", signatures(disk(vm_env))
     assert partition_table(disk(vm_env)) is None
+    # Every disk: tenant A's table and marker on the second one are gone for the next tenant.
+    assert signatures(data_disk) == "" and partition_table(data_disk) is None
+    assert DISK_MARKER.encode() not in read_at(data_disk, 0, 4 * 1024**2)
+    assert "/dev/vdb" in cleaned["message"], cleaned  # reported per disk
 
     user_data = "#cloud-config\nhostname: second-tenant\n"
     user_data_secret(site, "second-userdata", user_data)

@@ -52,7 +52,7 @@ def test_a_vm_is_registered_and_inspected_as_libvirt_reports_it(vm_env, site):
     assert hardware["cpu"]["count"] == 1
     assert hardware["ramMebibytes"] == vms.VM_MEMORY_MIB
     assert [nic["mac"] for nic in hardware["nics"]] == [vm(vm_env)["boot_mac"]]
-    assert [disk["sizeBytes"] for disk in hardware["storage"]] == [vms.VM_DISK_BYTES]
+    assert sorted(disk["sizeBytes"] for disk in hardware["storage"]) == [vms.VM_DATA_DISK_BYTES, vms.VM_DISK_BYTES]
     assert host["status"]["hardware"]["ramMebibytes"] == vms.VM_MEMORY_MIB
     # What an infra team sees with kubectl.
     table = vm_env.kubectl("infra", "get", "hardwaredata", "-n", site.namespace).stdout
@@ -77,7 +77,7 @@ def test_a_live_iso_boots_and_prints_its_marker_on_the_serial_console(vm_env, si
         namespace=site.namespace,
         content_type="application/merge-patch+json",
     )
-    host = settle(site, HOST, "provisioned")
+    host = settle(site, HOST, "provisioned", redfish_timeout=30)  # the driver copies the ISO within the request
     assert host["status"]["poweredOn"] is True
     vm_env.state["phases"].record("live-iso: provisioned", started)
     eventually(lambda: LIVE_ISO_MARKER in serial_text(vm_env), timeout=120, interval=1, message="the live ISO's marker")

@@ -38,6 +38,8 @@ DISK_POOL_NAME = "metalclaim-disks"  # the driver reports only disks that are vo
 VM_PREFIX = "mc-vm"
 VM_MEMORY_MIB = 1024  # the emulator reports memory in whole GiB: less would show as none
 VM_DISK_BYTES = 3 * 1024**3
+# A second, small fixed disk: a tenant may write to any disk, so cleaning must reach every one.
+VM_DATA_DISK_BYTES = 64 * 1024**2
 _UUID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_DNS, "vms.devenv.metalclaim")
 LIBVIRT_DIRS = {"etc": "/etc/libvirt", "lib": "/var/lib/libvirt", "run": "/run/libvirt", "cache": "/var/cache/libvirt"}
 LIBVIRT_DIRS["log"] = "/var/log/libvirt"
@@ -53,7 +55,8 @@ class VmSystem:
     uuid: str
     boot_mac: str
     address: str  # Metal3 BMC address (through the forwarder)
-    disk: str  # the disk file
+    disk: str  # the disk file (vda: where images are written)
+    data_disk: str  # the second disk's file (vdb)
     serial_log: str  # the serial console, appended across boots
 
 
@@ -191,6 +194,11 @@ def domain_xml(system: VmSystem, kvm: bool) -> str:
       <source file='{escape(system.disk)}'/>
       <target dev='vda' bus='virtio'/>
     </disk>
+    <disk type='file' device='disk'>
+      <driver name='qemu' type='raw'/>
+      <source file='{escape(system.data_disk)}'/>
+      <target dev='vdb' bus='virtio'/>
+    </disk>
     <disk type='file' device='cdrom'>
       <driver name='qemu' type='raw'/>
       <target dev='hdc' bus='ide'/>
@@ -225,6 +233,7 @@ def vm_systems(root: Path, count: int, port: int) -> tuple[VmSystem, ...]:
                 boot_mac=f"52:54:00:6d:63:{index:02x}",
                 address=address,
                 disk=str(root / "disks" / f"{name}.img"),
+                data_disk=str(root / "disks" / f"{name}-data.img"),
                 serial_log=str(root / "serial" / f"{name}.log"),
             )
         )
@@ -243,10 +252,11 @@ def define_fleet(uri: str, root: Path, systems: tuple[VmSystem, ...]) -> None:
             pool.create()
         disks = conn.storagePoolLookupByName(DISK_POOL_NAME)
         for system in systems:
-            disks.createXML(
-                f"<volume><name>{Path(system.disk).name}</name><capacity>{VM_DISK_BYTES}</capacity>"
-                "<allocation>0</allocation><target><format type='raw'/></target></volume>"
-            )
+            for path, size in ((system.disk, VM_DISK_BYTES), (system.data_disk, VM_DATA_DISK_BYTES)):
+                disks.createXML(
+                    f"<volume><name>{Path(path).name}</name><capacity>{size}</capacity>"
+                    "<allocation>0</allocation><target><format type='raw'/></target></volume>"
+                )
             conn.defineXML(domain_xml(system, kvm_wanted()))
     finally:
         conn.close()
