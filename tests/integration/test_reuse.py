@@ -58,10 +58,23 @@ class BmcTimeline:
         return [s for s in list(self.samples) if s[0] >= moment]
 
 
-def claim_side(devenv, site, tmp_path) -> ControllerProcess:
-    return ControllerProcess(
-        devenv, tmp_path / "claims", "--infra-namespaces", site.namespace, "--controllers", "claims"
-    )
+class Sides:
+    """The controller's claim side and provisioner (with `provisioner_options`) as their own processes and
+    identities, serving the site's namespace."""
+
+    def __init__(self, devenv, site, tmp_path, *provisioner_options: str):
+        serve = ("--infra-namespaces", site.namespace, "--controllers")
+        self.claims = ControllerProcess(devenv, tmp_path / "claims", *serve, "claims")
+        options = (*serve, "provisioner", *provisioner_options)
+        where = tmp_path / "provisioner"
+        self.provisioner = ControllerProcess(devenv, where, *options, kubeconfig_identity="provisioner")
+
+    def output(self) -> str:
+        return f"claims:\n{self.claims.output()}\nprovisioner:\n{self.provisioner.output()}"
+
+    def stop(self) -> None:
+        self.claims.stop()
+        self.provisioner.stop()
 
 
 def conditions(obj: dict) -> dict:
@@ -74,17 +87,8 @@ def test_a_host_reaches_the_next_tenant_only_powered_off_and_cleaned(devenv, sit
         *("--media-dir", media_server["dir"], "--media-url", media_server["url"]),
     ]
     site.host("h0", 0)
-    claims = claim_side(devenv, site, tmp_path)
-    provisioner = ControllerProcess(
-        devenv,
-        tmp_path / "provisioner",
-        *("--infra-namespaces", site.namespace, "--controllers", "provisioner", *options),
-        kubeconfig_identity="provisioner",
-    )
-
-    def both() -> str:
-        return f"claims:\n{claims.output()}\nprovisioner:\n{provisioner.output()}"
-
+    sides = Sides(devenv, site, tmp_path, *options)
+    both = sides.output
     bmc = site.bmc(0)
     try:
         eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{both()}")
@@ -145,8 +149,7 @@ def test_a_host_reaches_the_next_tenant_only_powered_off_and_cleaned(devenv, sit
         assert host_when_b_bound["spec"]["consumerRef"]["namespace"] == TENANT_B_NAMESPACE
     finally:
         bmc.close()
-        claims.stop()
-        provisioner.stop()
+        sides.stop()
         with contextlib.suppress(ApiException):  # never created, or gone
             site.api("HostClaim").patch(
                 body={"metadata": {"finalizers": None}},
@@ -160,18 +163,8 @@ def test_a_host_reaches_the_next_tenant_only_powered_off_and_cleaned(devenv, sit
 def test_a_power_change_behind_our_back_shows_on_the_claim_within_the_poll_interval(devenv, site, tmp_path):
     site.host("h0", 0)
     poll = 3
-    claims = claim_side(devenv, site, tmp_path)
-    provisioner = ControllerProcess(
-        devenv,
-        tmp_path / "provisioner",
-        *("--infra-namespaces", site.namespace, "--controllers", "provisioner"),
-        *("--provision-power-poll-interval", str(poll)),
-        kubeconfig_identity="provisioner",
-    )
-
-    def both() -> str:
-        return f"claims:\n{claims.output()}\nprovisioner:\n{provisioner.output()}"
-
+    sides = Sides(devenv, site, tmp_path, "--provision-power-poll-interval", str(poll))
+    both = sides.output
     bmc = site.bmc(0)
     try:
         eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{both()}")
@@ -192,5 +185,4 @@ def test_a_power_change_behind_our_back_shows_on_the_claim_within_the_poll_inter
         eventually(lambda: bmc.power_state() == "Off", timeout=60, message=f"powered off again\n{both()}")
     finally:
         bmc.close()
-        claims.stop()
-        provisioner.stop()
+        sides.stop()
