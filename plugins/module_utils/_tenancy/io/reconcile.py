@@ -333,9 +333,11 @@ def _ask_about_binding(run: TenantRun, tenant: dict, state: str, claim: dict) ->
 
 
 def _namespaces_of(snapshot: Snapshot, tenant: dict) -> list[str]:
+    """The tenant's namespaces: those labelled as its own. Not its spec's child names: one of them may be another
+    tenant's namespace (tenant "b" with child "x-y" and tenant "b-x" with child "y" both name "b-x-y"), whose claims
+    this tenant's hooks must never hear of. A child not created yet holds no claim."""
     mine = plan.tenant_name(tenant)
-    current = [o["metadata"]["name"] for o in snapshot.owned_by(mine) if o["kind"] == "Namespace"]
-    return sorted(set(current) | set(plan.child_namespaces(tenant)))
+    return sorted(o["metadata"]["name"] for o in snapshot.owned_by(mine) if o["kind"] == "Namespace")
 
 
 def _with_hooks_condition(tenant, conditions, hook_state, refusal, abandoned, generation, timestamp) -> list[dict]:
