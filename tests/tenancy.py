@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from pathlib import Path
 
@@ -11,6 +12,9 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from tests.controllerproc import ControllerProcess
+
+# The claim side, as the tenant step binds its Secret rights in each tenant namespace (the devenv's user).
+CLAIM_SIDE = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}]
 
 TENANCY = "tenancy.metalclaim.io/v1alpha1"
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -69,3 +73,33 @@ def tenants_side(devenv, directory: Path, infra_namespace: str) -> ControllerPro
         "--tenant-claim-side",
         "user:metalclaim-controller",
     )
+
+
+def reconcile(devenv, names: list[str]) -> dict:
+    """One tenant_reconcile run in process, as the module runs it (for the tests that need many)."""
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.reconcile import (
+        TenantRun,
+        reconcile_tenants,
+    )
+
+    run = TenantRun(Kube({"kubeconfig": devenv.kubeconfig("admin")}), False, "", CLAIM_SIDE)
+    return reconcile_tenants(run, names)
+
+
+def delete_tenants(clients, devenv, names: list[str]) -> None:
+    """A test's Tenants deleted, their hooks removed first so none can hold the deletion; reconciled until gone."""
+    tenants = clients["admin"].resources.get(api_version=TENANCY, kind="Tenant")
+    for name in names:
+        try:
+            tenants.patch(body={"spec": {"hooks": None}}, name=name, content_type="application/merge-patch+json")
+            tenants.delete(name=name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+    for _attempt in range(15):
+        present = [n for n in names if read_tenant(clients, n)]
+        if not present:
+            break
+        reconcile(devenv, present)
+        time.sleep(1)

@@ -24,6 +24,8 @@ import urllib.parse
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
 
+from tests.support import eventually
+
 IDLE = 1000
 ISO = bytes(range(256)) * (1440 * 4)  # a floppy-sized config drive, 1.44 MiB
 DOWNLOAD_SECONDS = 1.0
@@ -168,17 +170,6 @@ def connect_burst(host: str, port: int, count: int, timeout: float) -> tuple[lis
         selector.close()
 
 
-def wait_for(check, timeout: float, what: str, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(interval)
-
-
 def closed_by_peer(sock: socket.socket) -> bool:
     sock.setblocking(False)  # a socket with a timeout would wait for data first
     try:
@@ -198,7 +189,7 @@ def hold_idle(server: Server, count: int, budget: float) -> tuple[list[socket.so
     sockets, _ = connect_burst(server.host, server.port, count, timeout=budget)
     held = lambda: server.sockets() - server.own_sockets  # noqa: E731
     with contextlib.suppress(AssertionError):
-        wait_for(lambda: held() >= count, min(2.0, budget), "the burst accepted")
+        eventually(lambda: held() >= count, timeout=min(2.0, budget), interval=0.02, message="the burst accepted")
     while (missing := count - held()) > 0 and time.monotonic() < deadline:
         for _ in range(missing):
             remaining = deadline - time.monotonic()
@@ -298,13 +289,20 @@ def test_idle_and_trickling_clients_are_dropped_and_the_cap_holds(nofile, start)
     try:
         # Over the cap: the server holds at most 100 connections and still serves.
         cap = server.own_sockets + 100
-        wait_for(lambda: server.sockets() <= cap and sum(closed_by_peer(s) for s in idle) >= 200, 30, "the cap")
+        eventually(
+            lambda: server.sockets() <= cap and sum(closed_by_peer(s) for s in idle) >= 200,
+            timeout=30,
+            interval=0.02,
+            message="the cap",
+        )
         status, body, seconds = server.download(path)
         assert (status, body) == (200, ISO)
         assert seconds < DOWNLOAD_SECONDS, f"download took {seconds:.3f} s at the connection cap"
         # Idle connections are all dropped after the head timeout (1 s, plus slack for a loaded machine).
-        wait_for(lambda: all(closed_by_peer(s) for s in idle), 10, "every idle connection dropped")
-        wait_for(lambda: server.sockets() == server.own_sockets, 10, "no connection left")
+        dropped = lambda: all(closed_by_peer(s) for s in idle)  # noqa: E731
+        eventually(dropped, timeout=10, interval=0.02, message="every idle connection dropped")
+        left = lambda: server.sockets() == server.own_sockets  # noqa: E731
+        eventually(left, timeout=10, interval=0.02, message="no connection left")
     finally:
         for sock in idle:
             sock.close()

@@ -20,23 +20,26 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.reconcile import (
-    TenantRun,
-    reconcile_tenants,
-)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as hook_plan
 from kubernetes.client.exceptions import ApiException
 
 from tests.support import REPO_ROOT, status_of
-from tests.tenancy import RBAC, TENANCY, as_user, condition, read_tenant, tenancy_rights
+from tests.tenancy import (
+    RBAC,
+    TENANCY,
+    as_user,
+    condition,
+    delete_tenants,
+    read_tenant,
+    reconcile,
+    tenancy_rights,
+)
 
 pytestmark = pytest.mark.integration
 
 TENANT_LABEL = "tenancy.metalclaim.io/tenant"
 GUARD = "ValidatingAdmissionPolicy 'metalclaim-tenancy-side"  # the guard and its -extra policy
 PARAMS = ("metalclaim-system", "metalclaim-tenancy-side")
-CLAIM_SIDE = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}]
 HOOKS_NAMESPACE = hook_plan.CREDENTIALS_NAMESPACE
 ADMISSION = REPO_ROOT / "config" / "admission"
 
@@ -297,12 +300,6 @@ def manifest(name: str, hooks: list[dict]) -> dict:
     }
 
 
-def reconcile(devenv, names: list[str]) -> dict:
-    """One tenant_reconcile run in process, as the module runs it."""
-    run = TenantRun(Kube({"kubeconfig": devenv.kubeconfig("admin")}), False, "", CLAIM_SIDE)
-    return reconcile_tenants(run, names)
-
-
 @pytest.fixture
 def tenants(clients, devenv):
     """Tenant names for one test (made in the order asked, so they sort so); deleted afterwards, hooks first."""
@@ -314,21 +311,7 @@ def tenants(clients, devenv):
         return names[-1]
 
     yield new
-    for name in names:
-        try:
-            api(clients, "Tenant", TENANCY).patch(
-                body={"spec": {"hooks": None}}, name=name, content_type="application/merge-patch+json"
-            )
-            api(clients, "Tenant", TENANCY).delete(name=name)
-        except ApiException as error:
-            if error.status != 404:
-                raise
-    for _attempt in range(15):
-        present = [n for n in names if read_tenant(clients, n)]
-        if not present:
-            break
-        reconcile(devenv, present)
-        time.sleep(1)
+    delete_tenants(clients, devenv, names)
 
 
 @pytest.fixture

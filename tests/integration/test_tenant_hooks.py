@@ -15,10 +15,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.reconcile import (
-    TenantRun,
-    reconcile_tenants,
-)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as hook_plan
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
@@ -26,7 +22,7 @@ from kubernetes.dynamic import DynamicClient
 
 from tests.claimlayer import condition as claim_condition
 from tests.support import REPO_ROOT, eventually, run_playbook, status_of
-from tests.tenancy import TENANCY, as_user, condition, read_tenant, tenants_side
+from tests.tenancy import CLAIM_SIDE, TENANCY, as_user, condition, delete_tenants, read_tenant, reconcile, tenants_side
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +30,6 @@ PLAYBOOK = REPO_ROOT / "playbooks" / "tenant.yml"
 METAL3 = "metal3.io/v1alpha1"
 RBAC = "rbac.authorization.k8s.io/v1"
 TENANT_LABEL = "tenancy.metalclaim.io/tenant"
-CLAIM_SIDE = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}]
 HOOKS_NAMESPACE = hook_plan.CREDENTIALS_NAMESPACE
 # Unguessable per run, so finding them anywhere but in a hook's request is a leak.
 TOKEN = f"tok-{uuid.uuid4().hex}"
@@ -173,21 +168,7 @@ def tenants(clients, devenv, tmp_path):
         return names[-1]
 
     yield new
-    for name in names:
-        try:
-            api(clients, "Tenant", TENANCY).patch(
-                body={"spec": {"hooks": None}}, name=name, content_type="application/merge-patch+json"
-            )
-            api(clients, "Tenant", TENANCY).delete(name=name)
-        except ApiException as error:
-            if error.status != 404:
-                raise
-    for _attempt in range(15):
-        present = [n for n in names if read_tenant(clients, n)]
-        if not present:
-            break
-        reconcile(devenv, present)
-        time.sleep(1)
+    delete_tenants(clients, devenv, names)
 
 
 def playbook(devenv, tmp_path, run: str, **extravars) -> dict:
@@ -197,12 +178,6 @@ def playbook(devenv, tmp_path, run: str, **extravars) -> dict:
     result = {t["task"]: t for t in tasks}["Reconcile the Tenants"]
     assert not result["failed"], result
     return result
-
-
-def reconcile(devenv, names: list[str]) -> dict:
-    """One tenant_reconcile run in process (as the module runs it), for the tests that need many."""
-    run = TenantRun(Kube({"kubeconfig": devenv.kubeconfig("admin")}), False, "", CLAIM_SIDE)
-    return reconcile_tenants(run, names)
 
 
 def claim_layer(devenv, rack) -> None:
