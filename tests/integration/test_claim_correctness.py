@@ -216,6 +216,56 @@ def test_a_host_orphaned_by_a_vanished_claim_is_released_clean(devenv, rack):
     assert all(o["host"] != f"{rack.namespace}/h1" for o in reconcile(devenv, rack)["release"]["orphans"])
 
 
+class TenantStripsTheFinalizerFirst(Kube):
+    """The controller's client, with tenant-a removing the claim's finalizer just before the binder's first status
+    write: the window between the binding lock and the status naming the host, where admission still allows it."""
+
+    def __init__(self, devenv, rack, name: str):
+        super().__init__({"kubeconfig": devenv.kubeconfig("controller")})
+        self.rack, self.name, self.stripped = rack, name, False
+
+    def patch_status(self, obj, status):
+        if not self.stripped and obj["metadata"]["name"] == self.name:
+            self.stripped = True
+            self.rack.api("tenant-a", "HostClaim").patch(
+                body={"metadata": {"finalizers": None}},
+                name=self.name,
+                namespace=TENANT_A,
+                content_type="application/merge-patch+json",
+            )
+        return super().patch_status(obj, status)
+
+
+def test_a_tenant_stripping_the_finalizer_while_the_binder_works_gets_no_host(devenv, rack):
+    """Issue 22: the binder committed its binding over the newer claim version that had lost its finalizer, so the
+    claim could vanish on delete before its host was released (the orphan sweep caught it later)."""
+    rack.policy()
+    rack.host("h1")
+    rack.claim("racer", online=True)
+    kube = TenantStripsTheFinalizerFirst(devenv, rack, "racer")
+    run = ClaimRun(kube, rack.claim_args(), now(), check_mode=False)
+    result = run.finish(reconcile_claims(run))
+    assert kube.stripped
+    (bound,) = result["bind"]["claims"]
+    assert (bound["action"], bound["host"]) == ("conflict", None)
+    claim = rack.read_claim("racer")
+    assert "hardwareData" not in (claim.get("status") or {}) or not claim["status"]["hardwareData"]
+    assert "consumerRef" not in rack.read_host("h1")["spec"]  # given back before anything reached it
+
+    # The next run locks the claim again, finalizer first; now the finalizer is the tenant's no more.
+    assert reconcile(devenv, rack)["bind"]["bound"] == 1
+    claim = rack.read_claim("racer")
+    assert "metal3.io/hostclaim" in claim["metadata"]["finalizers"] and claim["status"]["hardwareData"]["name"] == "h1"
+    with pytest.raises(ApiException) as refused:
+        rack.api("tenant-a", "HostClaim").patch(
+            body={"metadata": {"finalizers": None}},
+            name="racer",
+            namespace=TENANT_A,
+            content_type="application/merge-patch+json",
+        )
+    assert refused.value.status in (403, 422)
+
+
 def test_a_revoked_policy_keeps_the_host_says_so_and_refuses_a_new_image(devenv, rack):
     rack.policy()
     rack.host("h1")

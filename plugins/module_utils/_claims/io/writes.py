@@ -265,12 +265,16 @@ class StatusBook:
         # token to lock it; a run that merely saw our binding writes the same status): commit it
         # over the newer version. Any other status is left to the run that wrote: its view of
         # the hosts is newer than ours (claims are always listed before hosts), and the write
-        # it made is an event that brings the claim back to the next run.
+        # it made is an event that brings the claim back to the next run. A claim whose finalizer
+        # went meanwhile (its tenant stripped it before the status named a host, when admission
+        # still allows that) is not ours either: committing would let it vanish on delete with
+        # its host never released, so the host goes back and the next run locks it again.
         fresh = self._kube.get(API_VERSION, "HostClaim", key[1], key[0]) if entry.give_back is not None else None
         still_ours = (
             fresh is not None
             and fresh["metadata"].get("generation") == entry.claim["metadata"].get("generation")
             and binding_token(fresh) == binding_token(entry.claim)
+            and binding.FINALIZER in (fresh["metadata"].get("finalizers") or [])
         )
         if still_ours:
             entry.claim = fresh

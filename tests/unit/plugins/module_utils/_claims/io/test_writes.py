@@ -7,7 +7,8 @@ import copy
 import json
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import KubeError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import BINDING_ANNOTATION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
 
 CLAIM = {
     "apiVersion": "metal3.io/v1alpha1",
@@ -135,3 +136,41 @@ def test_a_steps_failure_is_written_on_the_claim_over_what_the_step_noted():
     assert book.errors == [
         {"namespace": "t", "name": "c", "step": "sync", "message": "cannot get Secret s in namespace t: 403 Forbidden"}
     ]
+
+
+class StrippedMeanwhileKube(RecordingKube):
+    """The binder's status write conflicts because the tenant removed the claim's finalizer after the binder
+    locked it (same token, same generation): before the status names a host, admission allows that."""
+
+    def __init__(self, locked: dict):
+        super().__init__()
+        self.fresh = copy.deepcopy(locked)
+        self.fresh["metadata"]["finalizers"] = []
+        self.fresh["metadata"]["resourceVersion"] = "3"
+
+    def patch_status(self, obj, status):
+        if obj["metadata"]["resourceVersion"] != self.fresh["metadata"]["resourceVersion"]:
+            raise ConflictError("the object has been modified")
+        return super().patch_status(obj, status)
+
+    def get(self, api_version, kind, name, namespace):
+        return copy.deepcopy(self.fresh)
+
+
+def test_a_binding_is_not_committed_on_a_claim_whose_finalizer_went_meanwhile():
+    """Issue 22: a tenant stripping the finalizer between the lock and the status write got the binding committed
+    over the newer version, and the claim could then vanish on delete with its host never released."""
+    locked = claim("c")
+    locked["metadata"].update(finalizers=["metal3.io/hostclaim"], resourceVersion="2")
+    locked["metadata"]["annotations"] = {BINDING_ANNOTATION: "run-token"}
+    kube = StrippedMeanwhileKube(locked)
+    book = StatusBook(kube, "t0", check_mode=False)
+    given_back, committed = [], []
+    result = {"namespace": "t", "name": "c", "action": "bind", "host": "i/h"}
+    bound = [("Association", "True", "BareMetalHostAssociated", "")]
+    book.note(locked, bound, updates={"hardwareData": {"namespace": "i", "name": "h"}}, result=result)
+    book.committing(locked, give_back=lambda: given_back.append("h"), on_commit=lambda: committed.append("h"))
+    assert book.flush() == {("t", "c"): "conflict"}
+    assert kube.patches == []  # no status names the host
+    assert (given_back, committed) == (["h"], [])
+    assert (result["action"], result["host"]) == ("conflict", None)
