@@ -113,6 +113,20 @@ conflicts:
   description: How many claims another binder was writing at the same time (it binds them; a later run sees its result).
   returned: always
   type: int
+errors:
+  description:
+    - The claims that failed in this run, each by itself (the rest of the batch went on), one entry per failure,
+      sorted by claim. The controller retries these claims alone, with a growing delay.
+    - C(step) is where it failed (C(bind) for binding it, C(status) for its status write).
+    - C(message) is what failed and the API server's answer (URLs and addresses taken out, at most 4 KiB).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - namespace: cluster-ns
+      name: my-hostclaim
+      step: bind
+      message: "cannot get Secret my-userdata in namespace cluster-ns: 403 Forbidden"
 diff:
   description:
     - With C(--diff) (in check mode too, what would change), one entry per object written, C(before) and C(after)
