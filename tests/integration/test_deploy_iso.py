@@ -6,6 +6,7 @@ The first run builds the ISO (debootstrap and a kernel download: 2-3 minutes); l
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import subprocess
@@ -70,6 +71,7 @@ def test_the_root_filesystem_has_the_writer_and_its_tools(iso_tree, root_listing
         "usr/sbin/sfdisk",
         "usr/sbin/wipefs",
         "usr/sbin/blkid",
+        "usr/sbin/blkdiscard",  # the writer's full erase (blkdiscard --zeroout)
         "usr/sbin/modprobe",
         "usr/bin/busybox",
         "usr/local/sbin/metalclaim-image-writer",
@@ -94,6 +96,20 @@ def test_the_initramfs_reaches_the_cd_and_mounts_the_root_filesystem(iso_tree):
     assert any(name.endswith("/modules.dep") for name in names)
     init = _run("cpio", "-i", "--quiet", "--to-stdout", "init", input=archive).stdout.decode()
     assert "live/filesystem.squashfs" in init and "switch_root /root /sbin/metalclaim-deploy-init" in init
+
+
+def test_the_initramfs_mounts_only_the_squashfs_whose_digest_it_was_built_with(iso_tree):
+    """Issue 22: a removable look-alike that copies our volume ID must still be refused, so the squashfs's SHA-256
+    is baked into the initramfs (built after the squashfs) and checked before anything on the medium is mounted."""
+    digest = hashlib.sha256((iso_tree / "live" / "filesystem.squashfs").read_bytes()).hexdigest()
+    archive = _run("zstd", "-dc", str(iso_tree / "live" / "initrd.img")).stdout
+    names = set(_run("cpio", "-t", "--quiet", input=archive).stdout.decode().split())
+    assert "bin/sha256sum" in names
+    init = _run("cpio", "-i", "--quiet", "--to-stdout", "init", input=archive).stdout.decode()
+    assert f"SQUASHFS_SHA256={digest}\n" in init, "the initramfs does not carry this ISO's squashfs digest"
+    check = init.index("sha256sum /mnt/cd/live/filesystem.squashfs")
+    assert check < init.index('[ "$digest" = "$SQUASHFS_SHA256" ]') < init.index("found=$device")
+    assert check < init.index("mount -t squashfs")  # hashed before it is ever mounted
 
 
 def test_a_second_build_reuses_the_cached_iso(deploy_iso):
