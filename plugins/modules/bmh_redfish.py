@@ -31,9 +31,10 @@ description:
     instructions) served by the media server under an unguessable path; the writer's callback
     completes provisioning, and none within O(callback_timeout) is a C(provisioning error)."
   - "Removing the image deprovisions: media ejected, boot override cleared, powered off, and with
-    C(automatedCleaningMode: metadata) (the default) the image writer wipes partition tables and
-    signatures. Without a deploy ISO the host's C(Cleaned) condition says cleaning is unsupported
-    (disks not wiped); it is never skipped silently."
+    C(automatedCleaningMode: metadata) (the default) the image writer cleans every fixed disk, as deep as
+    O(cleaning_erase) says (or C(full) where the host is annotated C(metalclaim.io/cleaning-erase: full)),
+    each disk reported in the host's C(Cleaned) condition. Without a deploy ISO the host's C(Cleaned)
+    condition says cleaning is unsupported (disks not wiped); it is never skipped silently."
   - "Errors set Metal3's error fields and back off exponentially (O(backoff_base) doubling up to
     O(backoff_cap)). C(baremetalhost.metal3.io/paused) stops all actions on a host,
     C(baremetalhost.metal3.io/detached) all BMC actions. At most O(max_concurrent) hosts provision
@@ -97,6 +98,22 @@ options:
         within this bound.
     type: float
     default: 60
+  cleaning_erase:
+    description:
+      - How deep automated cleaning goes on every host (C(automatedCleaningMode) other than C(disabled)), as
+        Ironic's two cleaning steps.
+      - C(metadata) (Ironic's C(erase_devices_metadata)) wipes partition tables and filesystem, RAID and LVM
+        signatures (the first and last MiB of each disk and of each partition it had); data between them stays on
+        the disk, readable by whoever reads it raw. Seconds per disk.
+      - C(full) (Ironic's C(erase_devices), with zeros) overwrites every byte of every fixed disk with zeros
+        (C(blkdiscard --zeroout), else written zeros), then reads samples back; the time grows with the disks' size
+        and speed (a spinning 8 TB disk written at 200 MB/s takes about 11 hours), so O(callback_timeout) must
+        cover it.
+      - A host annotated C(metalclaim.io/cleaning-erase) C(full) is fully erased whatever this says; the stronger
+        mode wins, and an annotation with another value stops cleaning with a C(provisioning error) until fixed.
+    type: str
+    choices: [metadata, full]
+    default: metadata
   backoff_base:
     description: Seconds to wait after a first error; doubled after each further one.
     type: float
@@ -280,6 +297,7 @@ ARGUMENT_SPEC = dict(
     power_off_timeout=dict(type="float", default=60),
     callback_timeout=dict(type="float", default=1800),
     power_poll_interval=dict(type="float", default=60),
+    cleaning_erase=dict(type="str", choices=["metadata", "full"], default="metadata"),
     backoff_base=dict(type="float", default=10),
     backoff_cap=dict(type="float", default=600),
     redfish_timeout=dict(type="float", default=10),

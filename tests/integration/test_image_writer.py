@@ -7,6 +7,7 @@ import functools
 import hashlib
 import http.server
 import json
+import os
 import random
 import shutil
 import signal
@@ -105,7 +106,7 @@ def sfdisk_json(disk: Path) -> dict:
     return json.loads(result.stdout)["partitiontable"]
 
 
-def config_drive(tmp_path: Path, media_server, mode: str, image: dict | None = None):
+def config_drive(tmp_path: Path, media_server, mode: str, image: dict | None = None, erase: str | None = None):
     """Build and publish a host's config drive, then fetch it back from the media server as a BMC would.
 
     Returns (token, path of the downloaded ISO)."""
@@ -114,6 +115,8 @@ def config_drive(tmp_path: Path, media_server, mode: str, image: dict | None = N
     deploy = {"mode": mode, "callback": {"url": protocol.callback_url(media_url, token), "token": token}}
     if image:
         deploy["image"] = image
+    if erase:
+        deploy["erase"] = erase
     iso = configdrive.build_config_drive(user_data=USER_DATA, meta_data=None, network_data=NETWORK_DATA, deploy=deploy)
     media.publish(media_dir, "config-drive.iso", iso, token=token)
     with urllib.request.urlopen(protocol.media_url(media_url, token, "config-drive.iso"), timeout=10) as response:
@@ -334,3 +337,76 @@ def test_clean_mode_wipes_every_disk_and_reports_each(tmp_path, media_server):
     report = media.callback_result(media_server[0], token)
     assert report["status"] == "success"
     assert all(f"metadata cleaned on {disk}" in report["message"] for disk in disks), report
+
+
+MARKER = b"tenant A's secret, in the middle of the second disk"
+
+
+def _two_disks_with_a_marker(tmp_path: Path) -> tuple[list[Path], int]:
+    """Two disks with a partition table and a filesystem-free marker in the middle of the second's partition."""
+    disks = [sparse_disk(tmp_path / "a.img"), sparse_disk(tmp_path / "b.img")]
+    for disk in disks:
+        subprocess.run(["sfdisk", "--quiet", str(disk)], input=b"label: gpt\nstart=2048, type=L\n", check=True)
+    middle = DISK_SIZE // 2 + 12345  # far from any region metadata cleaning zeroes
+    with open(disks[1], "r+b") as handle:
+        handle.seek(middle)
+        handle.write(MARKER)
+    return disks, middle
+
+
+def _clean(
+    tmp_path: Path, media_server, disks: list[Path], erase: str | None
+) -> tuple[subprocess.CompletedProcess, dict]:
+    token, iso_path = config_drive(tmp_path, media_server, "clean", erase=erase)
+    argv = [str(WRITER), "--config-drive", str(iso_path), "--work-dir", str(tmp_path)]
+    result = subprocess.run(
+        [*argv, *(f"--disk={disk}" for disk in disks)], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result, media.callback_result(media_server[0], token)
+
+
+def test_full_erase_zeroes_every_byte_of_every_disk_where_metadata_cleaning_leaves_data(tmp_path, media_server):
+    """Issue 22: the infra team's full-erase mode (Ironic's erase_devices): tenant A's marker in the middle of the
+    second disk is gone for tenant B, every byte of both disks is zero, and each disk is reported. Metadata mode (the
+    default) is what the infra guide says it is: tables and signatures gone, the marker still on the raw disk."""
+    disks, middle = _two_disks_with_a_marker(tmp_path)
+    _result, report = _clean(tmp_path, media_server, disks, None)
+    assert disks[1].read_bytes()[middle : middle + len(MARKER)] == MARKER
+    assert all(f"metadata cleaned on {disk}" in report["message"] for disk in disks), report
+
+    with open(disks[0], "r+b") as handle:
+        handle.seek(20 * MIB)
+        handle.write(random.Random(7).randbytes(3 * MIB))
+    result, report = _clean(tmp_path, media_server, disks, "full")
+    for disk in disks:
+        data = disk.read_bytes()
+        assert len(data) == DISK_SIZE and data.count(0) == DISK_SIZE, f"{disk} has non-zero bytes left"
+    assert report["status"] == "success"
+    assert all(f"every byte zeroed on {disk}" in report["message"] for disk in disks), report
+    assert "% zeroed" in result.stdout  # progress on the console while a big disk is erased
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a loop device takes root")
+def test_full_erase_of_a_block_device_uses_the_kernels_zeroout(tmp_path, media_server):
+    """A block device (a loop device over a file with random data): blkdiscard --zeroout, every byte zero after it."""
+    backing = tmp_path / "loop.img"
+    backing.write_bytes(random.Random(11).randbytes(DISK_SIZE))
+    device = subprocess.run(
+        ["losetup", "--find", "--show", str(backing)], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    try:
+        result, report = _clean(tmp_path, media_server, [Path(device)], "full")
+        with open(device, "rb") as handle:
+            assert handle.read().count(0) == DISK_SIZE
+    finally:
+        subprocess.run(["losetup", "--detach", device], check=False)
+    assert backing.read_bytes().count(0) == DISK_SIZE
+    assert f"every byte zeroed on {device} (64 MiB, blkdiscard --zeroout" in report["message"], report
+    assert f"{device}: 100% zeroed" in result.stdout
+
+
+def test_an_unknown_erase_mode_is_refused_by_the_config_drive():
+    deploy = {"mode": "clean", "erase": "shred", "callback": {"url": "http://127.0.0.1:1/cb", "token": "t"}}
+    with pytest.raises(ValueError, match=r"deploy\.erase must be one of metadata, full"):
+        configdrive.validate_deploy(deploy)

@@ -29,6 +29,8 @@ except ImportError:  # reported by the module through missing_required_lib
 VOLUME_ID = "cidata"
 DEPLOY_FILE = "metalclaim/deploy.json"
 MODES = ("deploy", "clean")
+# How deep cleaning goes (the writer's "erase"): partition tables and signatures, or every byte zeroed.
+ERASE_MODES = ("metadata", "full")
 CHECKSUM_TYPES = ("md5", "sha256", "sha512")
 IMAGE_FORMATS = ("raw", "qcow2")
 # Floppy image sizes a BMC's (or QEMU's) floppy drive recognises by the image's size: 1.44 MB, 2.88 MB.
@@ -79,6 +81,10 @@ def validate_deploy(deploy: dict) -> dict:
     if deploy.get("disk") is not None:
         result["disk"] = _require(deploy, "disk", "deploy")
     if mode == "clean":
+        if deploy.get("erase") is not None:
+            if deploy["erase"] not in ERASE_MODES:
+                raise ValueError(f"deploy.erase must be one of {', '.join(ERASE_MODES)}")
+            result["erase"] = deploy["erase"]
         return result
     image = deploy.get("image")
     if not isinstance(image, dict):

@@ -512,7 +512,7 @@ def _carry_out(kube, host: dict, step: machine.Step, bmc: _Bmc | None, ctx: mach
             elif verb == "clear_boot":
                 bmc.client.clear_boot_override()
             elif verb == "publish":
-                _publish(kube, host, action[1], action[2], options)
+                _publish(kube, host, action[1], action[2], options, erase=action[3] if len(action) > 3 else None)
                 published.append(action[2])
             elif verb == "withdraw" and options.media_dir and action[1]:
                 media.withdraw(options.media_dir, action[1])
@@ -543,7 +543,7 @@ def _sweep_media(hosts: list[dict], options: Options) -> list[str]:
     return media.sweep(options.media_dir, owned, options.settings.callback_timeout + SWEEP_GRACE)
 
 
-def _publish(kube, host: dict, mode: str, token: str, options: Options) -> None:
+def _publish(kube, host: dict, mode: str, token: str, options: Options, erase: str | None = None) -> None:
     """Build the host's config drive (tenant data + the writer's instructions) and make it downloadable."""
     if not options.media_dir or not options.settings.media_url:
         raise ValueError("disk images and cleaning need media_dir and media_url (the media server)")
@@ -551,6 +551,8 @@ def _publish(kube, host: dict, mode: str, token: str, options: Options) -> None:
         "mode": mode,
         "callback": {"url": protocol.callback_url(options.settings.media_url, token), "token": token},
     }
+    if mode == "clean" and erase:
+        deploy["erase"] = erase
     data = {}
     if mode == "deploy":
         image = host["spec"]["image"]
@@ -723,6 +725,7 @@ def options_from(params: dict) -> Options:
         power_off_timeout=params["power_off_timeout"],
         callback_timeout=params["callback_timeout"],
         power_poll_interval=params["power_poll_interval"],
+        cleaning_erase=params.get("cleaning_erase") or "metadata",
         backoff_base=params["backoff_base"],
         backoff_cap=params["backoff_cap"],
     )

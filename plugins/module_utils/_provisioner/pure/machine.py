@@ -63,6 +63,12 @@ OPERATION_ANNOTATION = "provisioner.metalclaim.io/operation"
 POWER_OFF_ANNOTATION = "provisioner.metalclaim.io/power-off"
 
 CLEANED_CONDITION = "Cleaned"
+# How deep cleaning goes, as Ironic's two cleaning steps: "metadata" (erase_devices_metadata: partition tables and
+# signatures) or "full" (erase_devices: every byte of every fixed disk overwritten with zeros). The provisioner's
+# setting (Settings.cleaning_erase) applies to every host; this infrastructure-owned annotation asks for "full" on one
+# host. The stronger of the two wins, so neither can weaken the other.
+ERASE_ANNOTATION = "metalclaim.io/cleaning-erase"
+ERASE_MODES = ("metadata", "full")
 DISK_FORMATS = ("qcow2", "raw")
 LIVE_ISO = "live-iso"
 
@@ -93,6 +99,8 @@ class Settings:
     # A host whose power agrees with its spec is read again this often: power changed behind our back (at the BMC,
     # by the OS) shows in status.poweredOn, and so on its claim, within this bound.
     power_poll_interval: float = 60.0
+    # How deep automated cleaning goes on every host: "metadata" or "full" (ERASE_ANNOTATION asks per host).
+    cleaning_erase: str = "metadata"
 
 
 @dataclass
@@ -230,6 +238,15 @@ def image_of(host: dict) -> dict | None:
 
 def cleaning_wanted(host: dict) -> bool:
     return (host.get("spec") or {}).get("automatedCleaningMode", "metadata") != "disabled"
+
+
+def erase_mode(host: dict, settings: Settings) -> str:
+    """ "full" when the provisioner's setting or the host's annotation says so, else "metadata"; raises ValueError on a
+    value that is neither (a typo must not quietly become the weaker mode)."""
+    asked = annotations_of(host).get(ERASE_ANNOTATION)
+    if asked is not None and asked not in ERASE_MODES:
+        raise ValueError(f"annotation {ERASE_ANNOTATION}: {asked!r} is not one of {', '.join(ERASE_MODES)}")
+    return "full" if "full" in (settings.cleaning_erase, asked) else "metadata"
 
 
 # -- what to read ----------------------------------------------------------------------
@@ -721,7 +738,10 @@ def _writer_job(op: dict, observed: dict, ctx: Context, step: Step) -> tuple[dic
             step.actions.append(("power", "ForceOff"))
         return op, observed
     op = {**op, "token": ctx.new_token, "off": ctx.now}
-    step.actions.append(("publish", op["kind"], op["token"]))
+    if op["kind"] == "clean":  # the writer's instructions say how deep
+        step.actions.append(("publish", op["kind"], op["token"], op.get("erase", "metadata")))
+    else:
+        step.actions.append(("publish", op["kind"], op["token"]))
     return op, {**observed, CALLBACK: None}
 
 
@@ -830,7 +850,10 @@ def _deprovisioning(host: dict, observed: dict, ctx: Context) -> Step:
 
 
 def _cleaned_condition(host: dict, op: dict, ctx: Context) -> list:
-    if op.get("cleaned"):
+    if op.get("cleaned") and op.get("erase") == "full":
+        status, reason = "True", "FullyErased"
+        message = "every byte of every disk overwritten with zeros" + (f": {op['report']}" if op.get("report") else "")
+    elif op.get("cleaned"):
         status, reason = "True", "MetadataCleaned"
         message = "partition tables and signatures wiped" + (f": {op['report']}" if op.get("report") else "")
     elif not cleaning_wanted(host):
@@ -853,8 +876,18 @@ def _cleaned_condition(host: dict, op: dict, ctx: Context) -> list:
 
 
 def _clean(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> Step:
-    if op.get("kind") != "clean":
-        op = {"kind": "clean", "started": ctx.now}
+    try:
+        erase = erase_mode(host, ctx.settings)
+    except ValueError as error:  # never cleaned less than asked: the host waits, powered off, for a fix
+        failure = failed(host, f"cleaning: {error}", ctx, error_type=PROVISIONING_ERROR)
+        if observed.get(POWER) == "On":
+            failure.actions.append(("power", "ForceOff"))
+        failure.status["poweredOn"] = False
+        return failure
+    if op.get("kind") != "clean" or op.get("erase", "metadata") != erase:
+        if op.get("token"):  # the mode changed under a job: that job's media go, a new one is published
+            step.actions.append(("withdraw", op["token"]))
+        op = {"kind": "clean", "started": ctx.now, "erase": erase}
     op, observed = _writer_job(op, observed, ctx, step)
     if not op.get("token"):
         return _waiting_for_off(host, op, step)
@@ -865,7 +898,8 @@ def _clean(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> St
             # The writer's report, one part per disk: from the writer booted after the power-off (its token).
             report = str(callback.get("message") or "")[:512]
             step_.annotations[OPERATION_ANNOTATION] = json.dumps(
-                {"kind": "clean", "cleaned": True, "report": report}, sort_keys=True
+                {"kind": "clean", "cleaned": True, "report": report, "erase": op.get("erase", "metadata")},
+                sort_keys=True,
             )
             step_.requeue_after = 1
             return step_

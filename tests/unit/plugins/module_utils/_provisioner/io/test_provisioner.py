@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import collections
 import copy
+import json
 import threading
 import time
 
@@ -613,3 +614,31 @@ def test_diff_shows_a_replaced_hardware_data_by_its_spec(fake_bmcs):
     hardware = next(e for e in result["diff"] if e["before_header"].startswith("HardwareData"))
     assert hardware["before"] == {"spec": {"hardware": {"cpu": {"count": 1}}}}
     assert hardware["after"]["spec"]["hardware"]["cpu"] == {"count": 2}
+
+
+@pytest.mark.parametrize("erase", ["metadata", "full"])
+def test_the_cleaning_config_drive_tells_the_writer_how_deep_to_erase(tmp_path, erase):
+    """Issue 22: the publish action's erase mode (the provisioner's setting or the host's annotation, decided by the
+    machine) reaches the writer's instructions; bmh_redfish's cleaning_erase option reaches the machine's settings."""
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
+
+    from tests.configdrive_reader import read_config_drive
+
+    options = Options(settings=machine.Settings(media_url="http://127.0.0.1:2"), media_dir=str(tmp_path))
+    host = {"metadata": {"name": "bm-01", "namespace": "infrahost"}, "spec": {}}
+    provisioner._publish(None, host, "clean", TOKEN, options, erase=erase)
+    with open(media.media_path(str(tmp_path), TOKEN, machine.CONFIG_DRIVE_FILE), "rb") as handle:
+        deploy = json.loads(read_config_drive(handle.read())["metalclaim/deploy.json"])
+    assert deploy["mode"] == "clean" and deploy["erase"] == erase
+    params = {
+        "power_off_timeout": 60,
+        "callback_timeout": 1800,
+        "power_poll_interval": 60,
+        "backoff_base": 10,
+        "backoff_cap": 600,
+        "max_concurrent": 20,
+        "redfish_timeout": 10,
+        "redfish_retries": 1,
+        "workers": 8,
+    }
+    assert provisioner.options_from({**params, "cleaning_erase": erase}).settings.cleaning_erase == erase

@@ -274,7 +274,7 @@ def test_deprovisioning_with_a_writer_cleans_metadata_first():
     h = host(m.DEPROVISIONING, status=GOOD)
     idle = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {}, m.CONFIG_DEVICE: {}}}
     step = m.decide(h, idle, ctx())
-    assert step.actions[0] == ("publish", "clean", TOKEN)
+    assert step.actions[0] == ("publish", "clean", TOKEN, "metadata")
     op = json.loads(step.annotations[m.OPERATION_ANNOTATION])
     assert op["kind"] == "clean"
     cleaning = host(m.DEPROVISIONING, status=GOOD, annotations={m.OPERATION_ANNOTATION: json.dumps(op)})
@@ -294,6 +294,65 @@ def test_deprovisioning_with_a_writer_cleans_metadata_first():
     assert done.status["conditions"][0]["message"].endswith(report)  # per disk, as the writer reported
     disabled = host(m.DEPROVISIONING, status=GOOD, automatedCleaningMode="disabled")
     assert m.decide(disabled, idle, ctx()).status["conditions"][0]["reason"] == "CleaningDisabled"
+
+
+def _clean_to_the_end(h: dict, settings: m.Settings, report: str) -> tuple:
+    """A deprovisioning host cleaned by the writer: (the publish action, the host once available)."""
+    idle = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {}, m.CONFIG_DEVICE: {}}}
+    step = m.decide(h, idle, ctx(settings=settings))
+    publish = next(action for action in step.actions if action[0] == "publish")
+    annotations = {**h["metadata"]["annotations"], m.OPERATION_ANNOTATION: step.annotations[m.OPERATION_ANNOTATION]}
+    cleaning = host(m.DEPROVISIONING, status=GOOD, annotations=annotations)
+    callback = {m.CALLBACK: {"status": "success", "message": report}}
+    finished = m.decide(cleaning, {**idle, m.POWER: "On", **callback}, ctx(now=T1, settings=settings))
+    annotations[m.OPERATION_ANNOTATION] = finished.annotations[m.OPERATION_ANNOTATION]
+    done = m.decide(host(m.DEPROVISIONING, status=GOOD, annotations=annotations), idle, ctx(now=T1, settings=settings))
+    assert done.state == m.AVAILABLE
+    return publish, done
+
+
+def test_full_erase_is_asked_of_the_writer_and_reported_per_disk():
+    """Issue 22: the infra team's full-erase mode (Ironic's erase_devices) reaches the writer's instructions, and the
+    Cleaned condition says every byte was zeroed, per disk as the writer reported."""
+    report = "every byte zeroed on /dev/vda (3072 MiB); every byte zeroed on /dev/vdb (1024 MiB)"
+    full = m.Settings(**{**SETTINGS.__dict__, "cleaning_erase": "full"})
+    publish, done = _clean_to_the_end(host(m.DEPROVISIONING, status=GOOD), full, report)
+    assert publish == ("publish", "clean", TOKEN, "full")
+    cleaned = m.conditions.find(done.status["conditions"], m.CLEANED_CONDITION)
+    assert (cleaned["status"], cleaned["reason"]) == ("True", "FullyErased")
+    assert cleaned["message"] == f"every byte of every disk overwritten with zeros: {report}"
+
+
+def test_the_host_annotation_asks_for_full_erase_and_never_weakens_the_provisioners_setting():
+    annotated = {m.ERASE_ANNOTATION: "full"}
+    publish, done = _clean_to_the_end(host(m.DEPROVISIONING, status=GOOD, annotations=annotated), SETTINGS, "r")
+    assert publish[3] == "full"
+    assert m.conditions.find(done.status["conditions"], m.CLEANED_CONDITION)["reason"] == "FullyErased"
+    full = m.Settings(**{**SETTINGS.__dict__, "cleaning_erase": "full"})
+    weaker = {m.ERASE_ANNOTATION: "metadata"}
+    publish, _done = _clean_to_the_end(host(m.DEPROVISIONING, status=GOOD, annotations=weaker), full, "r")
+    assert publish[3] == "full"  # the stronger mode wins
+    publish, done = _clean_to_the_end(host(m.DEPROVISIONING, status=GOOD), SETTINGS, "r")
+    assert publish[3] == "metadata"
+    assert m.conditions.find(done.status["conditions"], m.CLEANED_CONDITION)["reason"] == "MetadataCleaned"
+
+
+def test_an_erase_annotation_with_another_value_stops_cleaning_rather_than_clean_less():
+    h = host(m.DEPROVISIONING, status=GOOD, annotations={m.ERASE_ANNOTATION: "Full "})
+    step = m.decide(h, {m.POWER: "On", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {}, m.CONFIG_DEVICE: {}}}, ctx())
+    assert step.state == m.DEPROVISIONING and step.status["errorType"] == m.PROVISIONING_ERROR
+    assert "metalclaim.io/cleaning-erase" in step.status["errorMessage"]
+    assert step.actions == [("power", "ForceOff")]  # powered off, nothing published, never available
+
+
+def test_a_mode_changed_before_the_writer_reported_starts_a_new_job():
+    # Cleaning started in metadata mode; the infra team asks for full erase before the writer called back.
+    op = {"kind": "clean", "started": T0, "erase": "metadata", "token": "B" * 43, "off": T0}
+    h = host(m.DEPROVISIONING, status=GOOD, annotations={m.OPERATION_ANNOTATION: json.dumps(op)})
+    h["metadata"]["annotations"][m.ERASE_ANNOTATION] = "full"
+    step = m.decide(h, {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {}, m.CONFIG_DEVICE: {}}}, ctx())
+    assert step.actions[:2] == [("withdraw", "B" * 43), ("publish", "clean", TOKEN, "full")]
+    assert json.loads(step.annotations[m.OPERATION_ANNOTATION])["erase"] == "full"
 
 
 def test_deletion_powers_off_then_lets_go():
@@ -505,7 +564,7 @@ def test_no_media_and_no_token_go_in_before_a_read_says_the_host_is_off(state, k
     )
     assert m.decide(waiting, {**running, m.POWER: "PoweringOff"}, ctx()).actions == []
     off = m.decide(waiting, {**running, m.POWER: "Off"}, ctx(now=T1))
-    assert off.actions[0] == ("publish", kind, TOKEN)
+    assert off.actions[0] == (("publish", kind, TOKEN, "metadata") if kind == "clean" else ("publish", kind, TOKEN))
     assert ("power", "On") in off.actions and ("power", "ForceRestart") not in off.actions
     assert json.loads(off.annotations[m.OPERATION_ANNOTATION])["off"] == T1
 
