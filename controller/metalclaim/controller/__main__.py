@@ -103,7 +103,13 @@ def parser() -> argparse.ArgumentParser:
     add(
         "--private-data-dir", "ansible-runner's private data dir (artifacts rotate there)", "/tmp/metalclaim-controller"
     )
-    add("--keep-artifacts", "run artifact directories kept per runner slot", 20, int)
+    add(
+        "--keep-artifacts",
+        "run artifact directories kept per runner slot; each holds at most 585 KiB (events and stdout cut, whatever "
+        "the results hold) plus its command line (the batch's keys): under 1 MiB with --batch-max-size 1000",
+        20,
+        int,
+    )
     add(
         "--mode",
         "batch: a run reconciles every key ready (a batch); per-event: one run per key, --runner-slots at once "

@@ -10,11 +10,18 @@ with every process it started: ansible's workers run in sessions of their own, o
 ansible-runner's kill of ansible-playbook's process group, so the child (a child subreaper on
 Linux) kills its whole process tree itself. Artifacts live in one private data dir and are rotated: at most
 `keep_artifacts` run directories exist at any time.
+
+Each run directory is bounded too, whatever its module results hold (a reconcile of 1000 claims, each with a 4 KiB
+error, returns megabytes): the report takes every task's full result from the events as ansible-runner passes them
+(never from disk), then each event is written to job_events/ cut to EVENT_FILE_LIMIT, at most EVENTS_KEPT of them,
+and the run's stdout to STDOUT_LIMIT. ansible-runner's own drop of a result larger than 700,000 characters from its
+event (MAX_EVENT_RES), which left the controller without the outcomes of a large batch, is lifted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import os
 import signal
@@ -29,6 +36,24 @@ from pathlib import Path
 CANCEL = "cancel"
 JOB_TIMEOUT = 1800  # seconds a run may take at most (ansible-runner's job_timeout)
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+# What one run leaves in its artifacts directory (artifacts/<ident>/), at most: EVENTS_KEPT event files (and the
+# run's recap) of EVENT_FILE_LIMIT bytes each, STDOUT_LIMIT bytes of stdout, and ansible-runner's `command` (the
+# controller's environment and the batch's keys, under 400 bytes a key), `status` and `rc`.
+EVENT_FIELD_LIMIT = 2048  # characters kept of one value of an event (its stdout, a field of its data)
+EVENT_FILE_LIMIT = 8192  # bytes of one job_events/ file
+EVENTS_KEPT = 64  # job_events/ files of one run, besides its recap (playbook_on_stats)
+STDOUT_LIMIT = 65536  # bytes of a run's stdout file
+RUN_DIR_LIMIT = (EVENTS_KEPT + 1) * EVENT_FILE_LIMIT + STDOUT_LIMIT + 1024  # all but `command`
+MESSAGE_LIMIT = 4096  # characters of a failed task's message in the report (the controller logs it)
+# ansible-runner's callback replaces a result whose text is longer than this by {} in its event (default 700,000):
+# the report would lose a large batch's outcomes. Results reach the report whole; only the artifacts are cut.
+MAX_EVENT_RES = 1 << 30
+# Kept of a result cut from its event: what says how the task went.
+_RESULT_SUMMARY = ("changed", "failed", "skipped", "unreachable", "rc")
+# Kept of an event too large even with its values cut: what says which event of which task it was.
+_EVENT_ESSENTIALS = ("event", "uuid", "counter", "parent_uuid", "created", "runner_ident", "start_line", "end_line")
+_DATA_ESSENTIALS = ("playbook", "play", "task", "task_path", "task_action", "resolved_action", "role", "host")
 
 
 @dataclass
@@ -64,31 +89,38 @@ def _serve(conn, private_data_dir: str, envvars: dict, settings: dict, keep_arti
         playbook, extravars = request
         started = time.monotonic()
         cancel_callback, parent_gone = _cancel_callback(conn)
+        ident = uuid.uuid4().hex
+        recorder = EventRecorder(Path(private_data_dir) / "artifacts" / ident)
 
         try:
             runner = ansible_runner.run(
                 private_data_dir=private_data_dir,
-                ident=uuid.uuid4().hex,
+                ident=ident,
                 playbook=playbook,
                 inventory=f"localhost ansible_connection=local ansible_python_interpreter={sys.executable}",
-                envvars=envvars,
+                envvars={**envvars, "MAX_EVENT_RES": str(MAX_EVENT_RES)},
                 extravars=extravars,
                 settings=settings,
                 rotate_artifacts=keep_artifacts,
                 # Else the first run's extravars are written to env/extravars and read by every later run.
                 suppress_env_files=True,
+                # The recorder writes a bounded stdout instead of ansible-runner's whole one (and no stderr file).
+                suppress_output_file=True,
+                # Nothing of a run is kept in a file fact cache (artifacts/<ident>/fact_cache): our plays gather none.
+                fact_cache_type="memory",
+                event_handler=recorder,
                 cancel_callback=cancel_callback,
                 quiet=True,
             )
-            results, failures = {}, []
-            for event in runner.events:
-                data = event.get("event_data") or {}
-                if event.get("event") in ("runner_on_ok", "runner_on_failed"):
-                    results[data.get("resolved_action") or data.get("task_action", "")] = data.get("res") or {}
-                if event.get("event") == "runner_on_failed" and not data.get("ignore_errors"):
-                    failures.append({"task": data.get("task", ""), "msg": str((data.get("res") or {}).get("msg", ""))})
-            report = {"status": runner.status, "rc": runner.rc, "results": results, "failures": failures}
+            recorder.close()
+            report = {
+                "status": runner.status,
+                "rc": runner.rc,
+                "results": recorder.results,
+                "failures": recorder.failures,
+            }
         except Exception as error:  # a broken private data dir, a missing playbook: the run failed, the child lives
+            recorder.close()
             report = {"status": "error", "rc": None, "results": {}, "failures": [{"task": "", "msg": str(error)}]}
         if report["status"] != "successful":
             _kill_run_tree()  # a timed-out or failed run's stragglers (orphans come back to the subreaper)
@@ -100,6 +132,117 @@ def _serve(conn, private_data_dir: str, envvars: dict, settings: dict, keep_arti
             conn.send(report)
         except OSError:  # the controller died during the run
             return
+
+
+class EventRecorder:
+    """ansible-runner's event_handler: takes each task's full result for the report, then bounds what is written.
+
+    Called with every event before ansible-runner writes it to job_events/ (returning False: not written); the
+    event is cut in place (its result summed up, long values cut) once the report has what it needs. The run's
+    stdout (ansible-runner's own file is turned off) is written here from the events' text, up to STDOUT_LIMIT.
+    """
+
+    def __init__(self, artifact_dir: Path):
+        self.artifact_dir = artifact_dir
+        self.results: dict = {}  # module results by module (resolved FQCN; the last one per module)
+        self.failures: list = []  # [{"task", "msg"}] of failed tasks
+        self.kept = 0  # event files written
+        self.dropped = 0  # events not written (beyond EVENTS_KEPT)
+        self._stdout = None
+        self._stdout_bytes = 0
+        self._stdout_cut = 0
+
+    def __call__(self, event: dict) -> bool:
+        data = event.get("event_data") or {}
+        kind = event.get("event")
+        if kind in ("runner_on_ok", "runner_on_failed"):
+            self.results[data.get("resolved_action") or data.get("task_action", "")] = data.get("res") or {}
+        if kind == "runner_on_failed" and not data.get("ignore_errors"):
+            message = str((data.get("res") or {}).get("msg", ""))
+            self.failures.append({"task": data.get("task", ""), "msg": _cut(message, MESSAGE_LIMIT)})
+        trim_event(event)
+        self._write_stdout(event.get("stdout"))
+        if self.kept >= EVENTS_KEPT and kind != "playbook_on_stats":
+            self.dropped += 1
+            return False
+        self.kept += 1
+        return True
+
+    def _write_stdout(self, text) -> None:
+        if not text:
+            return
+        data = (text + "\n").encode("utf-8", "replace")
+        room = STDOUT_LIMIT - 256 - self._stdout_bytes  # room left for the closing note
+        if len(data) > room:
+            self._stdout_cut += len(data)
+            return
+        if self._stdout is None:
+            path = self.artifact_dir / "stdout"
+            self._stdout = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb")
+        self._stdout.write(data)
+        self._stdout_bytes += len(data)
+
+    def close(self) -> None:
+        """The closing note: what was not kept."""
+        if self._stdout is None and not (self._stdout_cut or self.dropped):
+            return
+        with contextlib.suppress(OSError):
+            if self._stdout is None:
+                self._stdout = os.fdopen(
+                    os.open(self.artifact_dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb"
+                )
+            if self._stdout_cut or self.dropped:
+                note = f"[metalclaim: {self._stdout_cut} bytes of output and {self.dropped} events not kept]\n"
+                self._stdout.write(note.encode())
+            self._stdout.close()
+        self._stdout = None
+
+
+def trim_event(event: dict) -> None:
+    """Bound one event as it is written to job_events/ (in place; values are replaced, never changed): a result of
+    more than EVENT_FIELD_LIMIT characters becomes a summary (how the task went, its message's beginning), other
+    values are cut to EVENT_FIELD_LIMIT; an event still larger than EVENT_FILE_LIMIT keeps only what identifies it."""
+    if isinstance(event.get("stdout"), str):
+        event["stdout"] = _cut(event["stdout"], EVENT_FIELD_LIMIT)
+    data = event.get("event_data")
+    if isinstance(data, dict):
+        event["event_data"] = {key: _bounded(key, value) for key, value in data.items()}
+    for limit in (256, 64):  # 16 values of 64 characters fit in EVENT_FILE_LIMIT even as JSON's \\uXXXX escapes
+        if _size(event) <= EVENT_FILE_LIMIT:
+            return
+        data = event.get("event_data") or {}
+        kept = {key: _bounded(key, event[key], limit) for key in _EVENT_ESSENTIALS if key in event}
+        kept["event_data"] = {key: _bounded(key, data[key], limit) for key in _DATA_ESSENTIALS if key in data}
+        kept["event_data"]["trimmed"] = True
+        event.clear()
+        event.update(kept)
+
+
+def _bounded(key: str, value, limit: int = EVENT_FIELD_LIMIT):
+    if isinstance(value, str):
+        return _cut(value, limit)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    size = _size(value)
+    if size <= limit:
+        return value
+    if key == "res" and isinstance(value, dict):
+        summary = {name: value[name] for name in _RESULT_SUMMARY if isinstance(value.get(name), (bool, int))}
+        if "msg" in value:
+            summary["msg"] = _cut(str(value["msg"]), min(1024, limit // 2))
+        return {**summary, "trimmed_chars": size}
+    return {"trimmed_chars": size}
+
+
+def _cut(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    note = f"... [{len(text) - limit} more characters not kept]"
+    return text[: max(0, limit - len(note))] + note
+
+
+def _size(value) -> int:
+    return len(json.dumps(value, default=str))
 
 
 def _cancel_callback(conn):

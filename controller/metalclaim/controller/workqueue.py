@@ -23,8 +23,8 @@ Semantics (those of client-go's ``workqueue``, with priorities and batches added
 * **Shutdown** -- wakes every waiter; ``get_batch`` returns ``None`` from then on and ``add`` is ignored.
 
 One ``threading.Condition`` guards everything; waits are timed to the next deadline (the next delayed
-key, the quiet/max-wait cut), never busy. All times come from the injected ``clock``; the hooks are
-called outside the lock.
+key, the quiet/max-wait cut), never busy. All times come from the injected ``clock`` (and waits go through
+the injected ``wait``); the hooks are called outside the lock.
 """
 
 from __future__ import annotations
@@ -78,8 +78,11 @@ class WorkQueue:
         backoff_cap: float = 60.0,
         on_add: Callable[[Hashable], object] | None = None,
         on_get: Callable[[Hashable, float], object] | None = None,
+        wait: Callable[[threading.Condition, float | None], object] | None = None,
     ) -> None:
-        """``clock``: monotonic seconds; ``rng``: uniform in [0, 1), for the backoff jitter.
+        """``clock``: monotonic seconds; ``rng``: uniform in [0, 1), for the backoff jitter; ``wait(condition,
+        seconds)``: how a consumer blocks, the lock held (``Condition.wait``; a test's simulated clock moves its
+        time there instead, as client-go's fake clock steps).
 
         ``on_add(key)`` is called when an add is not absorbed by dedup (``workqueue_adds_total``);
         ``on_get(key, seconds_waited)`` when a key is taken into a batch, with the seconds since it became
@@ -91,7 +94,8 @@ class WorkQueue:
         self._backoff_cap = backoff_cap
         self._on_add = on_add
         self._on_get = on_get
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # re-entrant: a simulated clock's timers may add while a consumer waits
+        self._wait = wait or (lambda condition, seconds: condition.wait(seconds))
         self._seq = itertools.count()
         self._queued: dict[Hashable, _Item] = {}
         # Heaps with lazy deletion: an entry is live while _queued[key].seq == its seq.
@@ -219,7 +223,7 @@ class WorkQueue:
                 if self._waiting:  # after _promote the top is live and in the future
                     until_next = self._waiting[0][0] - now
                     wait = until_next if wait is None else min(wait, until_next)
-                self._cond.wait(wait)
+                self._wait(self._cond, wait)
             self._take(*first, now, taken)
             batch = [first[0]]
             batch_group = group(first[0])
@@ -235,7 +239,7 @@ class WorkQueue:
                     break
                 # Sleep to the cut, ignoring adds (they are looked for at the cut); only shutdown interrupts.
                 while not self._shutting_down and (now := self._clock()) < cut:
-                    self._cond.wait(cut - now)
+                    self._wait(self._cond, cut - now)
                 if self._shutting_down:
                     self._put_back(taken)
                     return None

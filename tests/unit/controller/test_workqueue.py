@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import random
 import threading
 import time
@@ -23,6 +25,37 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+class SimClock(FakeClock):
+    """Simulated time for a queue's waits, as client-go's fake clock steps: a consumer's wait moves the time at once,
+    to the next timer (and runs it, the queue's lock held, as another thread's add would run) or by the wait's
+    length. Batch cutting is then exact and independent of the machine's load."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        super().__init__(start)
+        self._timers: list[tuple[float, int, object]] = []
+        self._seq = itertools.count()
+        self.waits: list[float | None] = []
+
+    def at(self, offset: float, action) -> None:
+        heapq.heappush(self._timers, (self.now + offset, next(self._seq), action))
+
+    def wait(self, _condition, seconds: float | None) -> None:
+        self.waits.append(seconds)
+        if self._timers and (seconds is None or self._timers[0][0] <= self.now + seconds):
+            when, _seq, action = heapq.heappop(self._timers)
+            self.now = max(self.now, when)
+            action()
+        elif seconds is None:
+            raise AssertionError("a wait for ever with nothing scheduled")
+        else:
+            self.now += seconds
+
+
+def sim_queue() -> tuple[WorkQueue, SimClock]:
+    sim = SimClock()
+    return WorkQueue(clock=sim, wait=sim.wait, rng=lambda: 0.0), sim
 
 
 def claim(name: str) -> tuple[str, str, str]:
@@ -131,19 +164,11 @@ def test_resync_of_1000_keys_delays_a_live_key_by_at_most_one_batch(queue: WorkQ
 
 
 def test_live_key_joins_the_resync_batch_being_collected() -> None:
-    q = WorkQueue()
+    q, sim = sim_queue()
     for i in range(1000):
         q.add(claim(f"c{i}"), RESYNC)
-
-    def late_add() -> None:
-        time.sleep(0.01)
-        q.add(claim("new"), LIVE)
-
-    t = threading.Thread(target=late_add)
-    t.start()
-    # A quiet period far above the 10 ms: on a loaded machine the adding thread may start late (it failed at 50 ms).
+    sim.at(0.01, lambda: q.add(claim("new"), LIVE))
     batch = q.get_batch(max_size=2000, quiet=0.5, max_wait=2, timeout=3)
-    t.join()
     assert len(batch) == 1001
     assert claim("new") in batch
 
@@ -190,21 +215,12 @@ def test_add_after_during_processing_requeues_after_the_delay(queue: WorkQueue, 
 
 
 def test_delayed_key_wakes_a_blocked_get_batch_without_busy_waiting() -> None:
-    calls = 0
-
-    def counting_clock() -> float:
-        nonlocal calls
-        calls += 1
-        return time.monotonic()
-
-    q = WorkQueue(clock=counting_clock)
+    q, sim = sim_queue()
     q.add_after(claim("c1"), 0.1)
-    start = time.monotonic()
-    batch = q.get_batch(quiet=0, max_wait=0, timeout=2)
-    elapsed = time.monotonic() - start
-    assert batch == [claim("c1")]
-    assert 0.09 <= elapsed < 1.0
-    assert calls < 20
+    start = sim.now
+    assert q.get_batch(quiet=0, max_wait=0, timeout=2) == [claim("c1")]
+    assert sim.now - start == pytest.approx(0.1)
+    assert sim.waits == [pytest.approx(0.1)]  # one wait, timed to the delayed key
 
 
 # ----------------------------------------------------------------------------- backoff
@@ -260,57 +276,34 @@ def test_rate_limited_key_is_queued_with_its_delay(queue: WorkQueue, clock: Fake
 
 
 def test_quiet_period_cuts_a_batch() -> None:
-    q = WorkQueue()
+    q, sim = sim_queue()
     q.add(claim("c0"))
-
-    def trickle() -> None:
-        for i in range(1, 4):
-            time.sleep(0.01)
-            q.add(claim(f"c{i}"))
-        time.sleep(0.4)  # far more than quiet: must not join
-        q.add(claim("late"))
-
-    t = threading.Thread(target=trickle)
-    t.start()
-    start = time.monotonic()
+    for i in range(1, 4):
+        sim.at(0.01 * i, lambda i=i: q.add(claim(f"c{i}")))
+    sim.at(0.43, lambda: q.add(claim("late")))  # far more than quiet after c3: must not join
+    start = sim.now
     batch = q.get_batch(quiet=0.1, max_wait=1.0, timeout=1)
-    elapsed = time.monotonic() - start
-    t.join()
     assert batch == [claim(f"c{i}") for i in range(4)]
-    assert 0.12 <= elapsed < 0.35
-    assert q.get_batch(quiet=0, max_wait=0, timeout=0) == [claim("late")]
+    assert sim.now - start == pytest.approx(0.13)  # quiet after the last key that joined
+    assert q.get_batch(quiet=0, max_wait=0, timeout=1) == [claim("late")]
 
 
 def test_idle_single_key_waits_about_quiet() -> None:
-    q = WorkQueue()
+    q, sim = sim_queue()
     q.add(claim("c1"))
-    start = time.monotonic()
+    start = sim.now
     assert q.get_batch(quiet=0.03, max_wait=1.0) == [claim("c1")]
-    assert 0.025 <= time.monotonic() - start < 0.5
+    assert sim.now - start == pytest.approx(0.03)
 
 
 def test_max_wait_cuts_a_storm() -> None:
-    q = WorkQueue()
-    stop = threading.Event()
-
-    def storm() -> None:
-        i = 0
-        while not stop.is_set():
-            q.add(claim(f"c{i}"))
-            i += 1
-            time.sleep(0.003)
-
-    t = threading.Thread(target=storm)
-    t.start()
-    try:
-        start = time.monotonic()
-        batch = q.get_batch(quiet=0.05, max_wait=0.15, timeout=1)
-        elapsed = time.monotonic() - start
-    finally:
-        stop.set()
-        t.join()
-    assert 0.14 <= elapsed < 0.4
-    assert len(batch) > 10  # the batch grew by itself during the storm
+    q, sim = sim_queue()
+    for i in range(500):  # a key every 3 ms, for 1.5 s
+        sim.at(0.003 * i, lambda i=i: q.add(claim(f"c{i}")))
+    start = sim.now
+    batch = q.get_batch(quiet=0.05, max_wait=0.15, timeout=1)
+    assert sim.now - start == pytest.approx(0.15, abs=0.004)  # max_wait after the first key, not quiet
+    assert 45 <= len(batch) <= 52  # the batch grew by itself during the storm
 
 
 def test_max_size_cuts_a_batch(queue: WorkQueue) -> None:
@@ -324,11 +317,10 @@ def test_max_size_cuts_a_batch(queue: WorkQueue) -> None:
 
 
 def test_max_size_one_returns_at_once() -> None:
-    q = WorkQueue()
+    q, sim = sim_queue()
     q.add(claim("c1"))
-    start = time.monotonic()
     assert q.get_batch(max_size=1, quiet=5, max_wait=5) == [claim("c1")]
-    assert time.monotonic() - start < 1.0  # not quiet (5 s): max_size cut it
+    assert sim.waits == []  # not quiet (5 s): max_size cut it
 
 
 def test_batch_never_mixes_groups(queue: WorkQueue, clock: FakeClock) -> None:
@@ -446,10 +438,10 @@ def test_shutdown_during_collection_puts_the_keys_back() -> None:
 
 
 def test_timeout_returns_empty_list() -> None:
-    q = WorkQueue()
-    start = time.monotonic()
+    q, sim = sim_queue()
+    start = sim.now
     assert q.get_batch(timeout=0.05) == []
-    assert 0.04 <= time.monotonic() - start < 0.5
+    assert sim.now - start == pytest.approx(0.05)
 
 
 # ----------------------------------------------------------------------------- concurrency
