@@ -134,3 +134,22 @@ def runs_of(controller: ControllerProcess, key: str) -> int:
     return sum(
         1 for line in controller.output(full=True).splitlines() if '"event": "run"' in line and f'"{key}"' in line
     )
+
+
+def fence(controller: ControllerProcess, rack: Rack, name: str = "fence") -> None:
+    """Return once `controller` has handled every HostClaim and BareMetalHost change made before the call.
+
+    A negative check ("this write caused no run") needs a signal, not a sleep. Each kind's watch delivers changes in
+    order: a claim created now, then a host only it matches, reach the controller after everything written before;
+    any key those earlier changes queued is run before, or in the same batch as, the run that binds the fence claim,
+    and that run is logged once it ends. Needs no other claim of the rack waiting for a host.
+    """
+    key = f"claim/{TENANT_A}/{name}"
+    rack.claim(name, hostSelector={"matchLabels": {"infra-kind": rack.kind, "metalclaim-test/fence": name}})
+    eventually(lambda: runs_of(controller, key) >= 1, timeout=30, message=f"{name}: its first run logged")
+    rack.host(f"{name}-host", labels={"metalclaim-test/fence": name})
+    eventually(
+        lambda: associated(rack, name) and runs_of(controller, key) >= 2,
+        timeout=30,
+        message=f"{name}: bound by a run logged\n{controller.output()}",
+    )

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from metalclaim.controller.scope import shard_of
 from tests.claimlayer import TENANT_A, TENANT_B
-from tests.controllerproc import ControllerProcess, associated, association, claim_side, runs_of
+from tests.controllerproc import ControllerProcess, associated, association, claim_side, fence, runs_of
 from tests.controllerproc import provisioner as provisioner_side
 from tests.site import TENANT
 from tests.support import REPO_ROOT, eventually, run_playbook
@@ -46,7 +46,7 @@ def test_a_claim_binds_with_nobody_running_a_playbook(controller, rack):
     # The run's own writes (finalizer, lock, status, the host's consumerRef) caused no further run.
     key = f"claim/{TENANT_A}/c1"
     eventually(lambda: runs_of(controller, key) == 1, timeout=10, message="the binding run logged")
-    time.sleep(3)
+    fence(controller, rack)
     assert runs_of(controller, key) == 1, controller.output()
     assert controller.metric("metalclaim_events_dropped_total", kind="HostClaim") >= 1
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.claimlayer import TENANT_A
-from tests.controllerproc import ControllerProcess, associated, claim_side, runs_of
+from tests.controllerproc import ControllerProcess, associated, claim_side, fence, runs_of
 from tests.support import eventually
 
 pytestmark = pytest.mark.integration
@@ -54,7 +54,7 @@ def test_a_claim_batch_goes_to_the_standby_run(standby, rack, tmp_path):
     assert standby.metric("metalclaim_standby_batches_total", path="cold") == 0, standby.output()
     # The next standby was started at the hand-over: ready again, and the run's own writes caused no run.
     eventually(lambda: ready(standby), timeout=REACTION, message=f"the next standby ready\n{standby.output()}")
-    time.sleep(2)
+    fence(standby, rack)
     assert runs_of(standby, f"claim/{TENANT_A}/c1") == 1, standby.output()
     # The batch's run is a whole ansible-runner run with its artifacts: the task result names the claim.
     results = []

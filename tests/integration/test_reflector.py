@@ -178,9 +178,9 @@ def test_gone_relists_and_changes_meanwhile_arrive_exactly_once(api, namespace, 
         )
         # The watch resumes after the re-list: later changes still arrive, nothing is replayed.
         configmap(core, namespace, "after", "1")
-        rec.wait(lambda r: len(r.changes) >= initial + 4)
-        time.sleep(0.5)
-        assert rec.changes[initial + 3 :] == [(None, ("after", "1"), False)]
+        configmap(core, namespace, "fence", "1")  # the watch is ordered: a replay would come before it
+        rec.wait(lambda r: (None, ("fence", "1"), False) in r.changes)
+        assert rec.changes[initial + 3 :] == [(None, ("after", "1"), False), (None, ("fence", "1"), False)]
         server = {
             c.metadata.name: c.metadata.resource_version for c in core.list_namespaced_config_map(namespace).items
         }
@@ -219,23 +219,46 @@ def test_metadata_only_secrets_never_hold_data(api, namespace, run_reflector):
     assert "hunter" not in repr(rec.logs) and "c2VjcmV0" not in repr(rec.logs)
 
 
-def test_watch_expiry_rewatches_from_last_resource_version_with_bookmarks(api, namespace, run_reflector):
+def test_watch_expiry_rewatches_from_the_last_resource_version_seen(api, namespace, run_reflector):
     core = kube_client.CoreV1Api(api)
     configmap(core, namespace, "a", "0")
     rec = Recorder()
-    # Server-side timeout of 4-8 s: the watch expires (and the cache sends a bookmark before its deadline).
+    # Server-side timeout of 4-8 s: the watch expires and the reflector watches again, without a re-list.
     reflector = run_reflector(rec, api_version="v1", kind="ConfigMap", namespace=namespace, timeout_seconds=4)
     rec.wait(lambda r: "expired" in r.restarts, timeout=10)
-    configmap(core, namespace, "a", "1")
-    rec.wait(lambda r: (("a", "0"), ("a", "1"), False) in r.changes)
-    time.sleep(0.3)
+    changed = configmap(core, namespace, "a", "1")
+    configmap(core, namespace, "fence", "1")  # the watch is ordered: a replayed change would come before it
+    rec.wait(lambda r: (None, ("fence", "1"), False) in r.changes)
     assert rec.changes.count((("a", "0"), ("a", "1"), False)) == 1
     assert reflector.lists == 1 and "gone" not in rec.restarts and "error" not in rec.restarts
     starts = [fields for event, fields in rec.logs if event == "watch_started"]
-    assert len(starts) >= 2 and all(s["resource_version"] for s in starts)
-    deadline = time.monotonic() + 8  # the cache sends one ~2 s before a watch's deadline, not always in time
-    while reflector.bookmarks == 0 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if reflector.bookmarks == 0:
-        pytest.skip("the API server sent no BOOKMARK within the test")
-    assert int(reflector.resource_version) >= int(starts[0]["resource_version"])
+    assert len(starts) >= 2
+    # Each watch starts where the previous left off: from the list's resourceVersion or one seen since, never "".
+    seen = [starts[0]["resource_version"], *(f["resource_version"] for f in starts[1:])]
+    assert all(seen) and [int(v) for v in seen] == sorted(int(v) for v in seen)
+    assert int(reflector.resource_version) >= int(changed.metadata.resource_version)
+
+
+def test_bookmarks_move_the_resource_version_past_other_namespaces_writes(api, namespace, run_reflector):
+    """Without bookmarks a quiet namespace's watch would restart from an old resourceVersion, and once that is
+    compacted it must re-list everything. The server sends a bookmark shortly before each watch's deadline (4-8 s
+    here); under load one can be late, so this waits several watches long, and fails rather than skips."""
+    core = kube_client.CoreV1Api(api)
+    last = configmap(core, namespace, "a", "0")
+    rec = Recorder()
+    reflector = run_reflector(rec, api_version="v1", kind="ConfigMap", namespace=namespace, timeout_seconds=4)
+    elsewhere = f"{namespace}-other"
+    core.create_namespace({"metadata": {"name": elsewhere}})
+    try:
+        later = configmap(core, elsewhere, "b", "0")  # the server's revision moves on; nothing in our namespace
+        beyond = int(later.metadata.resource_version)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (reflector.bookmarks and int(reflector.resource_version) >= beyond):
+            configmap(core, elsewhere, "b", str(time.monotonic()))  # keeps the revision moving
+            time.sleep(0.5)
+        assert reflector.bookmarks >= 1, "no BOOKMARK from the API server in 60 s (several watches)"
+        assert int(reflector.resource_version) >= beyond > int(last.metadata.resource_version)
+        assert all(c[1][0] != "b" for c in rec.changes if c[1])  # only our namespace's objects were delivered
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(elsewhere)

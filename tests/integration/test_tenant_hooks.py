@@ -744,14 +744,18 @@ def test_the_controller_asks_again_and_retries_by_itself(
         print(f"\nblocking hook allows -> Deployed by the controller: {time.monotonic() - allowed:.1f}s")
         assert server.at("/gate")[-1]["headers"]["Authorization"] == f"Bearer {TOKEN}"  # read with the Role only
         # The notification failed, and is retried by the controller with backoff until it is delivered.
-        eventually(lambda: len(server.at("/notify")) >= 2, timeout=30, message="a retry")
+        # Four attempts, three gaps: enough to see each wait grow (2, 4, 8 s), not only one retry.
+        eventually(lambda: len(server.at("/notify")) >= 4, timeout=60, message="three retries")
         server.answers["/notify"] = 200
         eventually(
             lambda: read_tenant(clients, name)["status"]["hooks"]["pending"] == [], timeout=60, message="delivered"
         )
         gaps = [b["at"] - a["at"] for a, b in itertools.pairwise(server.at("/notify"))]
         print(f"notify attempts {len(gaps) + 1}, gaps {[round(g, 1) for g in gaps]}")
-        assert all(later >= earlier - 1.0 for earlier, later in itertools.pairwise(gaps))  # backing off
+        assert len(gaps) >= 3
+        # Backing off: each wait at least its backoff (timestamps in the status are in whole seconds: 1 s slack).
+        assert all(gap >= hook_plan.backoff(n) - 1.0 for n, gap in enumerate(gaps[:3], start=1)), gaps
+        assert gaps[2] > gaps[0] + 2, gaps
         assert condition(read_tenant(clients, name), "Hooks")["reason"] == "HooksDelivered"
     except BaseException:
         print(controller.output())
