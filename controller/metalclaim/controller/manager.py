@@ -95,8 +95,7 @@ class Controller:
         self.metrics = metrics.Metrics(registry)
         self.queue = WorkQueue(on_add=self.metrics.added, on_get=self.metrics.waited)
         self.stores = {
-            kind: Store()
-            for kind in ("HostClaim", "BareMetalHost", "HostDeployPolicy", "Namespace", "Secret", "Tenant")
+            kind: Store() for kind in ("HostClaim", "BareMetalHost", "HostDeployPolicy", "Namespace", "Tenant")
         }
         claims = self.stores["HostClaim"]
         claims.add_index("namespace", lambda c: [c["metadata"]["namespace"]])
@@ -117,10 +116,14 @@ class Controller:
             ),
         )
         self.reflectors: list[Reflector] = []
-        # Started as claims appear in a namespace; not part of readiness (a namespace the
-        # controller may not read must not keep it unready): the claims are reconciled anyway.
+        # Started as claims appear in a namespace, stopped when the last claim served there goes (mapper.
+        # secret_watch_plan); not part of readiness (a namespace the controller may not read must not keep it
+        # unready): the claims are reconciled anyway. Each has its own stop flag (set with the controller's too) and
+        # its own Store: a (re)list replaces one namespace's Secrets only, and a stopped watch's go with it.
         self.secret_reflectors: dict[str, Reflector] = {}
         self._secret_lock = threading.Lock()
+        self.metrics.secret_watches.set_function(lambda: len(self.secret_reflectors))
+        self.metrics.secrets_cached.set_function(self._secrets_cached)
         self.leader: LeaderElector | None = None
         self._leader_thread: threading.Thread | None = None
         self.runners: list[Runner] = []
@@ -168,8 +171,7 @@ class Controller:
         if not self.serves(mapper.claim_key(new or old)):  # another controller's kind (or shard): not a look
             return
         self._observe_association(old, new)
-        if new is not None and self.settings.watch_secrets:
-            self._watch_secrets_in(new["metadata"]["namespace"])
+        self._sync_secret_watches((new or old)["metadata"]["namespace"])
         self._enqueue("HostClaim", mapper.claim_changed(old, new), initial)
 
     def _on_tenant(self, old, new, initial=False) -> None:
@@ -185,6 +187,8 @@ class Controller:
     def _on_namespace(self, old, new, initial=False) -> None:
         name = (new or old)["metadata"]["name"]
         claims = self.stores["HostClaim"].by_index("namespace", name)
+        if self.settings.namespace_selector:  # which of its claims are served may have changed
+            self._sync_secret_watches(name)
         self._enqueue("Namespace", mapper.namespace_changed(old, new, claims), initial)
 
     def _on_infra_namespace(self, old, new, initial=False) -> None:
@@ -348,6 +352,7 @@ class Controller:
                 key = mapper.key_of(mapper.TENANT, tenant)
                 if self.serves(key):
                     self.queue.add(key, RESYNC)
+            self._sync_secret_watches()
             self.metrics.resyncs.inc()
 
     # -- life cycle -----------------------------------------------------------------------------
@@ -360,10 +365,17 @@ class Controller:
         return (bool(self._dispatchers) and all(t.is_alive() for t in threads)) or self.stop.is_set()
 
     def _reflector(
-        self, api_version: str, kind: str, on_change, namespace=None, store: Store | None = None, **options
+        self,
+        api_version: str,
+        kind: str,
+        on_change,
+        namespace=None,
+        store: Store | None = None,
+        stop: threading.Event | None = None,
+        **options,
     ) -> Reflector:
-        """A reflector feeding the kind's store (or the one given); the caller keeps it (self.reflectors: part of
-        readiness)."""
+        """A reflector feeding the kind's store (or the one given), ending with the controller (or with the flag
+        given); the caller keeps it (self.reflectors: part of readiness)."""
         return Reflector(
             self.api_client,
             api_version=api_version,
@@ -371,24 +383,61 @@ class Controller:
             namespace=namespace,
             store=self.stores[kind] if store is None else store,
             on_change=on_change,
-            stop=self.stop,
+            stop=self.stop if stop is None else stop,
             on_restart=lambda reason, kind=kind: self.metrics.watch_restarts.labels(kind, reason).inc(),
             log=log,
             name=f"reflector-{kind}" + (f"-{namespace}" if namespace else ""),
             **options,
         )
 
-    def _watch_secrets_in(self, namespace: str) -> None:
-        """Tenant Secrets are read per namespace (the claim side has no cluster-wide Secret rights)."""
+    def _sync_secret_watches(self, namespace: str | None = None) -> None:
+        """Watch the Secrets of exactly the namespaces holding a claim this controller serves: start the watch of a
+        namespace whose first such claim appears, stop it (its Secrets go with its Store) when the last one goes.
+        One namespace (after its claim's or its own event), or every one (at resync).
+
+        Tenant Secrets are read per namespace (the claim side has no cluster-wide Secret rights). Called from the
+        claim and namespace reflectors' threads and the resync: the plan is made and applied under the lock, from
+        the stores as they are then, and each store change calls this again after it, so the last call sees the
+        last state."""
+        if not self.settings.watch_secrets:
+            return
+        claims = self.stores["HostClaim"]
         with self._secret_lock:
-            if namespace in self.secret_reflectors or self.stop.is_set():
+            if self.stop.is_set():
                 return
-            # A core kind: no discovery request per namespace (one fewer call, and none to fail during an outage).
-            reflector = self._reflector(
-                "v1", "Secret", self._on_secret, namespace, metadata_only=True, plural="secrets", namespaced=True
-            )
-            self.secret_reflectors[namespace] = reflector
-        reflector.start()
+            if namespace is None:
+                start, stop = mapper.secret_watch_plan(self.secret_reflectors, claims.list(), self.serves)
+            else:
+                watched = {namespace} & set(self.secret_reflectors)
+                start, stop = mapper.secret_watch_plan(watched, claims.by_index("namespace", namespace), self.serves)
+            for name in sorted(stop):
+                reflector = self.secret_reflectors.pop(name)
+                reflector.stop.set()  # its thread ends promptly; its Store (this namespace's Secrets) goes with it
+                log("secret_watch_stopped", namespace=name)
+            for name in sorted(start):
+                # A core kind: no discovery request per namespace (one fewer call, and none to fail during an outage).
+                reflector = self._reflector(
+                    "v1",
+                    "Secret",
+                    self._on_secret,
+                    name,
+                    store=Store(),
+                    stop=threading.Event(),
+                    metadata_only=True,
+                    plural="secrets",
+                    namespaced=True,
+                )
+                self.secret_reflectors[name] = reflector
+                reflector.start()  # under the lock: alive() never sees a watch not yet started
+
+    def _secrets_cached(self) -> int:
+        with self._secret_lock:
+            return sum(len(reflector.store) for reflector in self.secret_reflectors.values())
+
+    def _stop_secret_watches(self) -> None:
+        with self._secret_lock:
+            for reflector in self.secret_reflectors.values():
+                reflector.stop.set()
 
     def start(self) -> None:
         settings, sides = self.settings, self.settings.scope.sides
@@ -511,6 +560,7 @@ class Controller:
     def shutdown(self) -> None:
         """Stop: the run in progress finishes or is cancelled within the grace period; then the Lease is released."""
         self.stop.set()
+        self._stop_secret_watches()
         self.queue.shutdown()
         dispatchers = [d for d in self._dispatchers if d is not threading.current_thread()]
         deadline = time.monotonic() + self.settings.grace_period / 2

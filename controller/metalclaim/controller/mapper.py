@@ -191,6 +191,15 @@ def secret_refs(claim: dict) -> list[tuple[str, str]]:
     return refs
 
 
+def secret_watch_plan(watched, claims: list[dict], served) -> tuple[set, set]:
+    """The namespaces whose Secret watch to start and to stop: a namespace is watched while it holds a claim this
+    controller serves (`served(claim_key)`), deleted or not, and only then. `claims` may be those of one namespace
+    (then `watched` should hold at most that one): the plan covers the namespaces given."""
+    wanted = {_meta(claim).get("namespace", "") for claim in claims if served(claim_key(claim))}
+    watched = set(watched)
+    return wanted - watched, watched - wanted
+
+
 @dataclass
 class Keys:
     """The keys one event concerns; `dropped` says it changed nothing a side reads (a self-caused event, often)."""

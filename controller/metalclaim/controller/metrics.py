@@ -70,6 +70,14 @@ class Metrics:
             ["path"],
             registry=r,
         )
+        self.secret_watches = Gauge(
+            "metalclaim_secret_watches",
+            "Namespaces whose Secrets' metadata is watched: those holding a claim this controller serves.",
+            registry=r,
+        )
+        self.secrets_cached = Gauge(
+            "metalclaim_secrets_cached", "Secrets (their metadata) held by the Secret watches, together.", registry=r
+        )
         self.standby_ready = Gauge(
             "metalclaim_standby_ready", "Standby runs started and waiting for a batch.", registry=r
         )
