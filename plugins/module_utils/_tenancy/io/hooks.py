@@ -10,8 +10,9 @@ Each delivery has one deadline, the hook's timeoutSeconds, for everything: the n
 the request and the whole answer. A socket timeout alone bounds each read, and a hook sending one byte a second
 never lets one time out; so a watchdog shuts the delivery's socket down when the deadline passes, and whatever
 read was blocked returns at once. A hook that was not reached, or did not answer in time, is not called again in
-the same run, and a tenant's hooks share TENANT_RUN_BUDGET_SECONDS per run: the tenants side reconciles one tenant
-after another, so these bound what one tenant's hooks can cost the others.
+the same run, and a tenant's hooks share TENANT_RUN_BUDGET_SECONDS per run: these bound what one tenant's hooks
+add to a run. Tenants are reconciled side by side (reconcile.TenantRun.each), and a Deliverer given the run's lock
+lets it go while it waits for a hook, so the other tenants go on meanwhile.
 """
 
 from __future__ import annotations
@@ -181,9 +182,12 @@ def post(url: str, body: bytes, headers: dict[str, str], seconds: float, tls: ss
 class Deliverer:
     """Sends hook payloads for one run; every message it returns has the credentials it used redacted."""
 
-    def __init__(self, kube, tls: ssl.SSLContext | None = None):
+    def __init__(self, kube, tls: ssl.SSLContext | None = None, lock: threading.Lock | None = None):
         self.kube = kube
         self.tls = tls  # the default (system trust) when None
+        # The run's lock, held by the caller of send() and let go only while the hook is being called (its state
+        # below is touched under it); None: no lock.
+        self.lock = lock
         self._read: dict[str, tuple[dict | None, str]] = {}  # Secret name -> (Secret, why not readable)
         self._unreachable: dict[tuple[str, str], str] = {}  # (tenant, hook) -> why, for the rest of the run
         self._spent: dict[str, float] = {}  # tenant -> seconds its hooks took this run
@@ -207,6 +211,18 @@ class Deliverer:
         self.secrets += [v for v in values if v not in self.secrets]
         return header, problem
 
+    @contextlib.contextmanager
+    def _waiting(self):
+        """The run's lock let go meanwhile (the other tenants go on), taken again before anything else is done."""
+        if self.lock is None:
+            yield
+            return
+        self.lock.release()
+        try:
+            yield
+        finally:
+            self.lock.acquire()
+
     def send(self, hook: plan.Hook, body: dict) -> str:
         """POST `body` to the hook: "" when it answered 200, else why not (credentials redacted)."""
         header, problem = self._authorization(hook)
@@ -225,7 +241,8 @@ class Deliverer:
         self.sent += 1
         started = time.monotonic()
         try:
-            status, text = post(hook.url, json.dumps(body, sort_keys=True).encode(), headers, seconds, self.tls)
+            with self._waiting():
+                status, text = post(hook.url, json.dumps(body, sort_keys=True).encode(), headers, seconds, self.tls)
         except (_Expired, TimeoutError):
             self._unreachable[key] = f"no answer within {round(seconds, 1):g}s"
             return self._unreachable[key]

@@ -6,11 +6,20 @@ One list per kind for the whole batch (Tenants, Namespaces, the tenant-labelled 
 ResourceQuotas, HostDeployPolicies, BareMetalHosts); each Tenant is checked in full before anything of
 its is written (a refused spec writes nothing but its status); then only what differs is written, and
 the status once, only when it changed. A settled run writes nothing.
+
+Tenants are reconciled side by side (TENANTS_AT_ONCE at a time), so one tenant's slow hooks never delay another's
+onboarding or deliveries (issue 22). Their Kubernetes work does not interleave: each tenant works under the run's
+lock, which its thread lets go only while one of its hooks is being called (Deliverer.send). So the batch's
+Snapshot, the Deliverer's caches and the client's counts are only ever touched by one thread at a time, and a
+tenant's own reads, writes and deliveries keep their order; what another tenant wrote while a blocking hook was
+being asked is checked again before the change it allowed is written.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
     AlreadyExistsError,
@@ -30,9 +39,13 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.h
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as hook_plan
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import tenant as plan
 
+# Tenants reconciled at once in a run: as many tenants' hooks may be waited for together before another waits too.
+TENANTS_AT_ONCE = 8
+
 
 class Snapshot:
-    """What the batch's Tenants need to see, listed once: object_key -> object."""
+    """What the batch's Tenants need to see, listed once: object_key -> object. Read and written under the run's
+    lock only (TenantRun.lock)."""
 
     def __init__(self, kube):
         self.kube = kube
@@ -83,7 +96,22 @@ class TenantRun:
         self.required_prefix = required_prefix or ""
         self.claim_side_subjects = claim_side_subjects or []
         self.timestamp = cond.now()
-        self.deliverer = Deliverer(kube)
+        # Held by the tenant being worked on; its thread lets it go only while calling one of its hooks.
+        self.lock = threading.Lock()
+        self.deliverer = Deliverer(kube, lock=self.lock)
+
+    def each(self, function, tenants: list[dict]) -> list:
+        """[function(tenant) for tenant in tenants], TENANTS_AT_ONCE tenants at a time, each under the run's lock:
+        while one waits for a hook, the others go on. One at a time in check mode (it calls no hook)."""
+
+        def locked(tenant: dict):
+            with self.lock:
+                return function(tenant)
+
+        if len(tenants) < 2 or self.check_mode:
+            return [locked(t) for t in tenants]
+        with ThreadPoolExecutor(max_workers=min(TENANTS_AT_ONCE, len(tenants)), thread_name_prefix="tenant") as pool:
+            return list(pool.map(locked, tenants))
 
 
 def reconcile_tenants(run: TenantRun, names: list[str] | None) -> dict:
@@ -93,13 +121,15 @@ def reconcile_tenants(run: TenantRun, names: list[str] | None) -> dict:
     gone = [n for n in names or [] if n not in found]
     results = [{"name": n, "state": "absent", "changed": False, "requeue": False} for n in gone]
     snapshot = Snapshot(run.kube) if wanted else None
-    for tenant in sorted(wanted, key=plan.name):
+
+    def one(tenant: dict) -> dict:
         tenant.setdefault("kind", plan.KIND)
         tenant.setdefault("apiVersion", plan.API_VERSION)
         if tenant["metadata"].get("deletionTimestamp"):
-            results.append(_delete(run, snapshot, tenant))
-        else:
-            results.append(_apply(run, snapshot, tenant, tenants))
+            return _delete(run, snapshot, tenant)
+        return _apply(run, snapshot, tenant, tenants)
+
+    results += run.each(one, sorted(wanted, key=plan.name))
     results.sort(key=lambda r: r["name"])
     return {
         "changed": any(r["changed"] for r in results),
@@ -115,31 +145,45 @@ def _result(tenant: dict, **fields) -> dict:
     return {"name": plan.name(tenant), "changed": False, "requeue": False, "writes": [], **fields}
 
 
+def _checked(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]) -> tuple[list, list]:
+    """(the objects the spec asks for, why it cannot be applied as the batch stands now)."""
+    problems = plan.validate(tenant, run.required_prefix)
+    if problems:
+        return [], problems
+    desired = plan.desired_objects(tenant, run.claim_side_subjects)
+    problems = (
+        plan.ownership_problems(tenant, desired, snapshot.objects)
+        + plan.pool_problems(tenant, snapshot.namespaces())
+        + plan.exclusive_problems(tenant, snapshot.hosts, tenants)
+    )
+    return desired, problems
+
+
+def _refused_spec(run: TenantRun, tenant: dict, problems: list) -> dict:
+    """Nothing is written for a refused spec but its status; what was applied for an earlier one stays as it was."""
+    status = tenant.get("status") or {}
+    generation = tenant["metadata"].get("generation", 0)
+    reason, message = plan.refusal(problems)
+    conditions = cond.set_condition(
+        status.get("conditions") or [], plan.ACCEPTED, "False", reason, message, generation, run.timestamp
+    )
+    new_status = {
+        "state": status.get("state") or plan.NEW,
+        "observedGeneration": generation,
+        "conditions": cond.with_ready(conditions, generation, run.timestamp),
+    }
+    result = _result(tenant, state=new_status["state"], reason=reason, message=message)
+    _write_status(run, tenant, new_status, result)
+    return result
+
+
 def _apply(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]) -> dict:
     status = tenant.get("status") or {}
     generation = tenant["metadata"].get("generation", 0)
     conditions = status.get("conditions") or []
-    problems = plan.validate(tenant, run.required_prefix)
-    desired = []
-    if not problems:
-        desired = plan.desired_objects(tenant, run.claim_side_subjects)
-        problems = (
-            plan.ownership_problems(tenant, desired, snapshot.objects)
-            + plan.pool_problems(tenant, snapshot.namespaces())
-            + plan.exclusive_problems(tenant, snapshot.hosts, tenants)
-        )
+    desired, problems = _checked(run, snapshot, tenant, tenants)
     if problems:
-        # Nothing is written for a refused spec; what was applied for an earlier one stays as it was.
-        reason, message = plan.refusal(problems)
-        conditions = cond.set_condition(conditions, plan.ACCEPTED, "False", reason, message, generation, run.timestamp)
-        new_status = {
-            "state": status.get("state") or plan.NEW,
-            "observedGeneration": generation,
-            "conditions": cond.with_ready(conditions, generation, run.timestamp),
-        }
-        result = _result(tenant, state=new_status["state"], reason=reason, message=message)
-        _write_status(run, tenant, new_status, result)
-        return result
+        return _refused_spec(run, tenant, problems)
     conditions = cond.set_condition(
         conditions, plan.ACCEPTED, "True", plan.SPEC_ACCEPTED, "", generation, run.timestamp
     )
@@ -153,6 +197,11 @@ def _apply(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]
         refusal = _ask_blocking(run, tenant, event, state, result)
         if refusal:
             return _refused_by_hook(run, tenant, hook_state, conditions, refusal, result, state, event)
+        # Other tenants went on while the hooks were asked: what they wrote may stand in the way now (a namespace
+        # of the same name, say). Then the spec is refused as it would have been had they written it before.
+        desired, problems = _checked(run, snapshot, tenant, tenants)
+        if problems:
+            return _refused_spec(run, tenant, problems)
         hook_state = hook_plan.allowed(hook_state)
         hook_state["announcedGeneration"] = generation
         hook_state["pending"] = hook_plan.queued(hook_state.get("pending") or [], tenant, event, run.timestamp)

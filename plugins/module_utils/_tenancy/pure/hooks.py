@@ -25,7 +25,8 @@ answers) and BMC data (a claim is described by namespace, name, host name and it
 A delivery is bounded as a whole: timeoutSeconds is its deadline (connection, request and answer together, so a
 hook trickling its answer a byte at a time is cut off there), a hook that could not be reached or answered too
 late is not called again in the same run, and a tenant's hooks get TENANT_RUN_BUDGET_SECONDS per run between
-them: the tenants side runs one tenant after another, and one tenant's slow hooks must not hold the others.
+them, which bounds what they add to a run. The tenants side reconciles tenants side by side, so one tenant's slow
+hooks delay neither another tenant's change nor its deliveries (_tenancy/io/reconcile.py).
 """
 
 from __future__ import annotations
