@@ -102,6 +102,15 @@ def test_onboarding_from_a_yaml_file(devenv, clients, tenants, tmp_path):
     # The admin group: claims in the tenant's namespaces, 403 anywhere else.
     admin = as_user(devenv, "alice", f"{name}-tenant-admin")
     claims = admin.resources.get(api_version=METAL3, kind="HostClaim")
+    # The API server refuses a create ("status unknown for quota") until kube-controller-manager has counted the
+    # new quota; on a control plane this fresh, its monitor of the HostClaim CRD may not even exist yet.
+    quotas = clients["admin"].resources.get(api_version="v1", kind="ResourceQuota")
+
+    def counted() -> bool:
+        status = quotas.get(name="metalclaim-tenant", namespace=children[0]).to_dict().get("status") or {}
+        return all("count/hostclaims.metal3.io" in (status.get(part) or {}) for part in ("hard", "used"))
+
+    eventually(counted, timeout=90, message="the tenant quota counted")
     claims.create(body=claim_body(children[0], "first"))
     for elsewhere in (TENANT_A, "infrahost"):
         with pytest.raises(ApiException) as refused:
