@@ -261,6 +261,21 @@ media_swept:
       O(callback_timeout) plus 5 minutes (a step that published and then failed to record them).
   returned: when any was
   type: int
+outcomes:
+  description:
+    - What this run says about each host it reconciled, one entry per host (the controller reads these; see
+      docs/architecture.md). C(result) is C(done) (nothing left to do), C(wait) (for another object's change),
+      C(retry) (a temporary failure such as a conflict, backed off) or C(error) (this host failed by itself, backed off).
+    - C(after), when set, is when to look again, in seconds; C(reason) says why, briefly.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - namespace: rack-1
+      name: h1
+      result: done
+      after: 2.5
+      reason: provisioning
 api_calls:
   description:
     - Requests made to the Kubernetes API in this run, by verb (C(list), C(get), C(create), C(replace),

@@ -170,6 +170,21 @@ status_writes:
   description: HostClaim status writes this run made (at most one per claim; none when nothing changed).
   returned: always
   type: int
+outcomes:
+  description:
+    - What this run says about each claim it reconciled, one entry per claim (the controller reads these; see
+      docs/architecture.md). C(result) is C(done) (nothing left to do), C(wait) (for another object's change),
+      C(retry) (a temporary failure such as a conflict, backed off) or C(error) (this claim failed by itself, backed off).
+    - C(after), when set, is when to look again, in seconds; C(reason) says why, briefly.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - namespace: cluster-ns
+      name: my-hostclaim
+      result: wait
+      after: null
+      reason: NoBareMetalHost
 api_calls:
   description:
     - Requests this run sent to the API server, by verb (C(list), C(get), C(create), C(replace), C(patch),

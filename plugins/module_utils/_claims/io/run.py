@@ -27,6 +27,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
     in_order,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.outcomes import claim_outcomes
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import status_patch
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
@@ -209,6 +210,7 @@ class ClaimRun:
         result["changed"] = bool(result.get("changed")) or self.book.writes > 0
         result["status_writes"] = self.book.writes
         result["errors"] = sorted(self.book.errors, key=lambda e: (e["namespace"], e["name"], e["step"]))
+        result["outcomes"] = claim_outcomes(result)
         if self.event_failures:
             result["warnings"] = [*(result.get("warnings") or []), *sorted(set(self.event_failures))]
         if self.diff is not None:

@@ -52,6 +52,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     BmcAddressError,
     parse_bmc_address,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.outcomes import host_outcomes
 
 _MEDIA_TOKEN = re.compile(r"/media/([A-Za-z0-9_-]{43})/")
 # The verbs Kube counts (Kube.calls); the module reports each, 0 included.
@@ -800,6 +801,7 @@ def provision(module, kube) -> dict:
     outcome = dict(
         changed=changed,
         hosts=hosts,
+        outcomes=host_outcomes(hosts),
         states=_count_states(hosts),
         requeue_after=settling.requeue_after(time.monotonic()),
         redfish_requests=requests,

@@ -46,6 +46,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.io.cl
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure import kubeconfig as kc
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure import mirror as m
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.outcomes import remote_outcomes
 
 try:
     import yaml
@@ -182,6 +183,7 @@ def mirror_claims(run: RemoteRun) -> dict:
     return {
         "changed": any(r["changed"] for r in results),
         "claims": results,
+        "outcomes": remote_outcomes(results),
         "local_writes": run.local_writes,
         "status_fields_written": sorted(set(run.status_fields)),
         "remote_api_calls": _summed(run.remote_calls),
