@@ -127,7 +127,8 @@ outcomes:
   description:
     - What this run says about each claim it reconciled, one entry per claim (the controller reads these; see
       docs/architecture.md). C(result) is C(done) (nothing left to do), C(wait) (for another object's change),
-      C(retry) (a temporary failure such as a conflict, backed off) or C(error) (this claim failed by itself, backed off).
+      C(retry) (a temporary failure such as a conflict, backed off) or C(error) (this claim failed
+      by itself, backed off).
     - C(after), when set, is when to look again, in seconds; C(reason) says why, briefly.
   returned: always
   type: list

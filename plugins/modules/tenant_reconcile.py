@@ -153,6 +153,20 @@ writes:
   description: Requests sent that change something (0 on a settled run).
   returned: always
   type: int
+outcomes:
+  description:
+    - What this run says about each Tenant it reconciled, one entry per Tenant (C(namespace) is empty, as Tenants are
+      cluster-scoped; the controller reads these, see docs/architecture.md). C(result) is C(done) or C(wait) (a
+      deletion stage, a hook's backoff or next delivery), with C(after) the seconds until it is looked at again.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - namespace: ""
+      name: blue
+      result: wait
+      after: 8.0
+      reason: HookRefused
 hook_requests:
   description: Requests sent to hooks (0 on a settled run).
   returned: always

@@ -38,6 +38,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.hooks import Deliverer
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as hook_plan
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import tenant as plan
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure.outcomes import tenant_outcomes
 
 # Tenants reconciled at once in a run: as many tenants' hooks may be waited for together before another waits too.
 TENANTS_AT_ONCE = 8
@@ -135,6 +136,7 @@ def reconcile_tenants(run: TenantRun, names: list[str] | None) -> dict:
         "changed": any(r["changed"] for r in results),
         "tenants": results,
         "requeue": sorted(r["name"] for r in results if r["requeue"]),
+        "outcomes": tenant_outcomes(results),
         "hook_requests": run.deliverer.sent,
         "api_calls": dict(run.kube.calls),
         "writes": run.kube.writes(),
