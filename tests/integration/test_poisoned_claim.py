@@ -40,7 +40,7 @@ def reconcile(devenv, tmp_path, keys: list[tuple[str, str]], name: str) -> tuple
     result = by_name[RECONCILE]
     # What the controller does with a failed task: every key of the batch backs off (`run_failed`).
     assert not result["failed"], f"the run failed for the whole batch: {result.get('msg', '')[:400]}"
-    found = outcomes.claim_outcomes([(CLAIM, ns, claim) for ns, claim in keys], result)
+    found = outcomes.read(CLAIM, [(CLAIM, ns, claim) for ns, claim in keys], result)
     return result, found
 
 

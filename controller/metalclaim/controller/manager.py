@@ -20,6 +20,7 @@ from pathlib import Path
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 
 from . import collection, mapper, metrics, outcomes
+from .groups import GROUPS, IN_PROCESS_VAR
 from .leader import LeaderElector
 from .reflector import Reflector, Store
 from .runs import Runner, private_directory
@@ -27,15 +28,7 @@ from .scope import CLAIMS, PROVISIONER, TENANTS, Scope
 from .standby import Standby
 from .workqueue import LIVE, RESYNC, WorkQueue
 
-COLLECTION = "metalclaim.hostclaim"
 TENANCY_API_VERSION = "tenancy.metalclaim.io/v1alpha1"
-PLAYBOOK_OF_GROUP = {
-    mapper.CLAIM: "reconcile",
-    mapper.REMOTE: "remote",
-    mapper.HOST: "provision",
-    mapper.TENANT: "tenant",
-}
-IN_PROCESS = "hostclaim_reconcile_in_process"
 LOG = logging.getLogger("metalclaim.controller")
 
 
@@ -216,38 +209,14 @@ class Controller:
     # -- runs ------------------------------------------------------------------------------------
 
     def _extravars(self, group: str, keys: list) -> tuple[str, dict]:
-        refs = [{"namespace": namespace, "name": name} for _kind, namespace, name in keys]
-        if group == mapper.CLAIM:
-            # The runs' localhost interpreter is ansible-playbook's own: no module process is needed.
-            return collection.playbook("reconcile"), {"hostclaim_reconcile_claims": refs, IN_PROCESS: True}
-        if group == mapper.REMOTE:
-            extravars = {"hostclaim_remote_claims": refs}
-            if self.settings.remote_allowed_namespaces:
-                extravars["hostclaim_remote_allowed_namespaces"] = list(self.settings.remote_allowed_namespaces)
-            return collection.playbook("remote"), extravars
-        if group == mapper.TENANT:
-            return collection.playbook("tenant"), {
-                "tenant_names": [name for _kind, _namespace, name in keys],
-                "tenant_fail_on_refusal": False,  # a refusal is the Tenant's status, not a run to retry
-                "tenant_claim_side_subjects": [self.settings.tenant_claim_side_subject],
-                "tenant_required_prefix": self.settings.tenant_required_prefix,
-            }
-        extravars = {"hostclaim_provision_hosts": refs}
-        for option in ("deploy_iso_url", "media_dir", "media_url"):
-            if getattr(self.settings, option):
-                extravars[f"hostclaim_provision_{option}"] = getattr(self.settings, option)
-        if self.settings.provision_max_concurrent:
-            extravars["hostclaim_provision_max_concurrent"] = self.settings.provision_max_concurrent
-        if self.settings.provision_callback_timeout:
-            extravars["hostclaim_provision_callback_timeout"] = self.settings.provision_callback_timeout
-        if self.settings.provision_power_poll_interval:
-            extravars["hostclaim_provision_power_poll_interval"] = self.settings.provision_power_poll_interval
-        return collection.playbook("provision"), extravars
+        """The playbook a batch of `group` runs and its variables (groups.GROUPS: the one table of them)."""
+        entry = GROUPS[group]
+        return entry.playbook_path(), entry.extravars(keys, self.settings)
 
     def _run_batch(self, keys: list, slot: int) -> None:
         group = keys[0][0]
         playbook, extravars = self._extravars(group, keys)
-        name = PLAYBOOK_OF_GROUP[group]
+        name = GROUPS[group].playbook
         self.metrics.batch_size.labels(name).observe(len(keys))
         report = self._run(slot, group, playbook, extravars)
         self.metrics.runs.labels(name, report.status).inc()
@@ -265,14 +234,8 @@ class Controller:
             for failure in report.failures:
                 log("run_failed", playbook=name, task=failure["task"], message=failure["msg"], keys=_shown(keys))
             found = outcomes.failed_run(keys, report.status)
-        elif group == mapper.CLAIM:
-            found = outcomes.claim_outcomes(keys, report.results.get(f"{COLLECTION}.hostclaim_reconcile", {}))
-        elif group == mapper.REMOTE:
-            found = outcomes.remote_outcomes(keys, report.results.get(f"{COLLECTION}.hostclaim_remote", {}))
-        elif group == mapper.TENANT:
-            found = outcomes.tenant_outcomes(keys, report.results.get(f"{COLLECTION}.tenant_reconcile", {}))
         else:
-            found = outcomes.host_outcomes(keys, report.results.get(f"{COLLECTION}.bmh_redfish", {}))
+            found = outcomes.read(group, keys, GROUPS[group].result_of(report.results))
         for key, outcome in found.items():
             self.metrics.reconciles.labels(name, outcome.result).inc()
             if outcome.result == outcomes.RETRY:
@@ -293,7 +256,7 @@ class Controller:
             return self.runners[slot].run(playbook, extravars, self._cancel_run)
         standby = self.standbys[slot]
         if group == mapper.CLAIM:
-            runner = standby.hand_over(extravars["hostclaim_reconcile_claims"], self.stop)
+            runner = standby.hand_over(extravars[GROUPS[mapper.CLAIM].objects_var], self.stop)
             if runner is not None:
                 self.metrics.standby_batches.labels("standby").inc()
                 return runner.wait(self._cancel_run)
@@ -497,8 +460,8 @@ class Controller:
                 Standby(
                     self.runners[2 * slot : 2 * slot + 2],
                     self._standby_dir / f"slot-{slot}.sock",
-                    collection.playbook("reconcile"),
-                    extravars={IN_PROCESS: True},
+                    GROUPS[mapper.CLAIM].playbook_path(),
+                    extravars={IN_PROCESS_VAR: True},  # its claims come through the socket at the hand-over
                     max_age=settings.standby_max_age,
                     fingerprint=collection.fingerprint,
                     log=lambda event, slot=slot, **fields: log(event, slot=slot, **fields),

@@ -24,9 +24,8 @@ import time
 import uuid
 from pathlib import Path
 
+from .groups import STANDBY_VAR
 from .runs import Runner
-
-STANDBY_VAR = "hostclaim_reconcile_standby"  # the role variable the action plugin reads ({socket, token})
 
 
 class Standby:

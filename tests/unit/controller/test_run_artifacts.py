@@ -35,6 +35,8 @@ result = {
     "bound": {"claims": [{"namespace": "ns-%d" % i, "name": "c", "state": "error", "message": message(i)}
                          for i in range(claims)]},
     "errors": [{"namespace": "ns-%d" % i, "name": "c", "step": "sync", "message": message(i)} for i in range(claims)],
+    "outcomes": [{"namespace": "ns-%d" % i, "name": "c", "result": "error", "after": None,
+                  "reason": "error in sync: " + message(i)[:280]} for i in range(claims)],
     "summary": {"bound": claims},
 }
 if module.params["fail"]:
@@ -86,7 +88,7 @@ def test_a_run_with_long_messages_stays_under_its_bound_and_the_controller_reads
     result = report.results["stand_in_reconcile"]
     assert len(result["errors"]) == CLAIMS and all(len(e["message"]) == MESSAGE for e in result["errors"])
     keys = [(CLAIM, f"ns-{i}", "c") for i in range(CLAIMS)]
-    found = outcomes.claim_outcomes(keys, result)
+    found = outcomes.read(CLAIM, keys, result)
     assert {outcome.result for outcome in found.values()} == {outcomes.RETRY}
     assert found[(CLAIM, "ns-7", "c")].reason.startswith("error in sync: 7: 422 Unprocessable Entity")
     if fail:  # the failed task's message, as the controller logs it: cut

@@ -1,0 +1,85 @@
+"""The controller's side of its contract with the collection: one entry per kind of key.
+
+Each group says which playbook a batch of its keys runs, the role variable that names the batch's objects, the
+options the controller's flags pass (only those set: the roles' defaults are the one source of a default), whether
+its step runs in ansible-playbook's own process and may be handed to a standby run, and which task's result
+carries the run's ``outcomes`` (the shape is the collection's: plugins/module_utils/_common/pure/outcomes.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import collection
+from .mapper import CLAIM, HOST, REMOTE, TENANT
+
+COLLECTION = "metalclaim.hostclaim"
+# Role variables of hostclaim_reconcile the controller sets: its step runs in ansible-playbook's process (the action
+# plugin, no module process), and a standby run's socket and token (see standby.py).
+IN_PROCESS_VAR = "hostclaim_reconcile_in_process"
+STANDBY_VAR = "hostclaim_reconcile_standby"
+
+
+@dataclass(frozen=True)
+class Group:
+    playbook: str  # playbooks/<playbook>.yml; also the `playbook` label of the run metrics
+    module: str  # the task (module FQCN) whose result carries the outcomes
+    objects_var: str  # the role variable naming the batch's objects
+    by_name: bool = False  # the objects are cluster-scoped: a list of names, not {namespace, name}
+    in_process: bool = False
+    standby: bool = False
+    options: Callable[[object], dict] = field(default=lambda settings: {})
+
+    def extravars(self, keys: list, settings) -> dict:
+        if self.by_name:
+            objects = [name for _kind, _namespace, name in keys]
+        else:
+            objects = [{"namespace": namespace, "name": name} for _kind, namespace, name in keys]
+        extravars = {self.objects_var: objects, **self.options(settings)}
+        if self.in_process:
+            extravars[IN_PROCESS_VAR] = True
+        return extravars
+
+    def playbook_path(self) -> str:
+        return collection.playbook(self.playbook)
+
+    def result_of(self, results: dict) -> dict | None:
+        """The run's result of this group's task (None: the task never ran)."""
+        return results.get(f"{COLLECTION}.{self.module}")
+
+
+def _set(**options) -> dict:
+    """The options given a value (flags left unset leave the roles' defaults)."""
+    return {name: value for name, value in options.items() if value}
+
+
+def _remote_options(settings) -> dict:
+    return _set(hostclaim_remote_allowed_namespaces=list(settings.remote_allowed_namespaces))
+
+
+def _tenant_options(settings) -> dict:
+    return {
+        "tenant_fail_on_refusal": False,  # a refusal is the Tenant's status, not a run to retry
+        "tenant_claim_side_subjects": [settings.tenant_claim_side_subject],
+        "tenant_required_prefix": settings.tenant_required_prefix,
+    }
+
+
+def _provision_options(settings) -> dict:
+    return _set(
+        hostclaim_provision_deploy_iso_url=settings.deploy_iso_url,
+        hostclaim_provision_media_dir=settings.media_dir,
+        hostclaim_provision_media_url=settings.media_url,
+        hostclaim_provision_max_concurrent=settings.provision_max_concurrent,
+        hostclaim_provision_callback_timeout=settings.provision_callback_timeout,
+        hostclaim_provision_power_poll_interval=settings.provision_power_poll_interval,
+    )
+
+
+GROUPS = {
+    CLAIM: Group("reconcile", "hostclaim_reconcile", "hostclaim_reconcile_claims", in_process=True, standby=True),
+    REMOTE: Group("remote", "hostclaim_remote", "hostclaim_remote_claims", options=_remote_options),
+    TENANT: Group("tenant", "tenant_reconcile", "tenant_names", by_name=True, options=_tenant_options),
+    HOST: Group("provision", "bmh_redfish", "hostclaim_provision_hosts", options=_provision_options),
+}
