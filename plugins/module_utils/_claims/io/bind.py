@@ -3,11 +3,12 @@
 """hostclaim_bind: bind a batch of claims to hosts, race-free. I/O edge over _binding's plans.
 
 Reads every claim, host, policy and namespace once (one list call per kind), plans each
-claim with the pure _binding/_policy code, then commits in two phases: the claim's lock
+claim with the pure binding/policy code, then commits in two phases: the claim's lock
 (its finalizer and this run's token, under its resourceVersion) and the host's
 consumerRef (under the host's resourceVersion: a concurrent binder that took the host
-makes this fail and we move on to the next candidate); the claim's status, written once
-at the end of the run and guarded by the lock's resourceVersion, is the commit point.
+makes this fail and we move on to the next candidate); the claim's status, guarded by the
+lock's resourceVersion and written before anything of the tenant's reaches the host (by
+the sync step's flush(only=...), or at the end of the run), is the commit point.
 """
 
 from __future__ import annotations

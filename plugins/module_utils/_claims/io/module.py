@@ -31,8 +31,9 @@ STANDBY_ARG_SPEC = {
 
 
 def claim_step(step, kube, claims, check_mode: bool, diff: bool) -> dict:
-    """step(ClaimRun) -> result dict, statuses written once at the end (a `diff` with --diff): what a claim-layer
-    module runs, and what the standby run of hostclaim_reconcile runs in its own process."""
+    """step(ClaimRun) -> result dict, statuses written at the end (a new binding's at once: it commits it), a `diff`
+    with --diff: what a claim-layer module runs, and what the standby run of hostclaim_reconcile runs in its own
+    process."""
     run = ClaimRun(kube, claims, now(), check_mode, diff=diff)
     return run.finish(step(run))
 

@@ -6,7 +6,10 @@ Every step task of a playbook costs a process and an Ansible round trip (~0.75 s
 here in one process, the steps share one ClaimRun: each list is read once (later steps
 get it from memory, kept current with what this run writes), each tenant Secret is read
 once, each bound claim's host is written at most once, and each claim's status is
-written once, at the end, only when it changed.
+written at the end, only when it changed: once, except for a claim this run binds, whose
+status is written as soon as its host is taken (that write commits the binding, before
+anything of the tenant's reaches the host) and once more at the end only if a later step
+learned something new (a copy that failed, say).
 """
 
 from __future__ import annotations

@@ -84,7 +84,8 @@ def in_order(function, items: list) -> list:
 
 
 class StatusBook:
-    """Each claim's status for one run: noted by the steps, written once by flush()."""
+    """Each claim's status for one run: noted by the steps, written by the last flush() (a binding this run
+    made: by its own flush(only=...) first, which commits it; see amend())."""
 
     def __init__(self, kube, timestamp: str, check_mode: bool, on_write=None, each=None):
         self._kube = kube
