@@ -83,6 +83,9 @@ except ImportError:  # reported by the module through missing_required_lib
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 10.0
 CLAIM_DEADLINE = 20.0
+# A run's whole time with hardware clusters: three claims' deadlines; the claims not begun by then wait for the next
+# run (claims whose cluster answered last time go first, so the ones that never answer are those left).
+RUN_BUDGET = 3 * CLAIM_DEADLINE
 # The hard deadline (hard_deadline) fires this long after the claim's deadline: the socket timeouts, cut to it,
 # normally end a request first.
 HARD_DEADLINE_GRACE = 1.0

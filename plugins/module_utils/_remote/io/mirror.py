@@ -15,7 +15,9 @@ A hardware cluster is the tenant's choice and may never answer: each claim has C
 seconds in it per run (every request bounded, _remote/io/client.py), a cluster that did not
 answer is not asked again in the same run, and the claim comes back later the longer it has
 not answered (_remote/pure/mirror.py unreachable_after); claims whose cluster answered last
-time go first.
+time go first. A run has RUN_BUDGET seconds in all: many claims naming clusters that never
+answer (each its own server) cannot hold the remote runner slot for minutes; the claims it
+did not reach are `deferred`, untouched, and come back in the next run.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.io.client import (
     CLAIM_DEADLINE,
+    RUN_BUDGET,
     Clients,
     Deadline,
     DeadlineExceeded,
@@ -81,6 +84,7 @@ class RemoteRun:
         timestamp: str,
         client_factory=None,
         deadline: float = CLAIM_DEADLINE,
+        budget: float = RUN_BUDGET,
     ):
         self.kube = kube
         self.wanted = wanted
@@ -90,6 +94,7 @@ class RemoteRun:
         # (checked kubeconfig, Deadline) -> a client whose every request the Deadline bounds.
         self.client_factory = client_factory or RemoteKube.connect
         self.deadline = Deadline(deadline)  # started again for each claim
+        self.budget = budget  # the run's seconds in all (a claim begun before it ends is finished)
         # The request counts of every remote client built (kept when the client itself is dropped).
         self.remote_calls: list = []
         self._clients = Clients()
@@ -172,7 +177,13 @@ def _server_message(api_error) -> str:
 
 def mirror_claims(run: RemoteRun) -> dict:
     results = []
+    budget = Deadline(run.budget)
+    budget.start()
     for claim in run.claims():
+        if budget.passed():  # never begun: nothing of it was written, the next run starts it
+            namespace, name = claim["metadata"]["namespace"], claim["metadata"]["name"]
+            results.append(_deferred(namespace, name, run.budget))
+            continue
         run.start_claim()
         try:
             results.append(_mirror(run, claim))
@@ -187,6 +198,18 @@ def mirror_claims(run: RemoteRun) -> dict:
         "local_writes": run.local_writes,
         "status_fields_written": sorted(set(run.status_fields)),
         "remote_api_calls": _summed(run.remote_calls),
+    }
+
+
+def _deferred(namespace: str, name: str, budget: float) -> dict:
+    message = f"not reached within the run's {budget:g} s: looked at again in the next run"
+    return {
+        "namespace": namespace,
+        "name": name,
+        "state": "deferred",
+        "changed": False,
+        "message": message,
+        "requeue_after": m.POLL_DEFERRED,
     }
 
 

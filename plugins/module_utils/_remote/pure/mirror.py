@@ -31,20 +31,20 @@ import copy
 import datetime
 import re
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import (
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metadata import (
     CopyRules,
     copied_record,
     metadata_plan,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
-    desired_status,
-    status_patch,
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     API_VERSION,
     DATA_ROLES,
     REBOOT_ANNOTATION,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.status import (
+    desired_status,
+    status_patch,
 )
 
 REMOTE_KIND = "remote"
@@ -66,6 +66,8 @@ POLL_QUIET_FRACTION = 0.25  # not Ready: poll after a quarter of the time since 
 # it has not answered (each delay about 1.5 times the last), at most POLL_UNREACHABLE_MAX: one that never answers
 # costs a run every few minutes, not every few seconds, and one back after a short outage is seen again soon.
 POLL_UNREACHABLE = 5.0
+# A claim a run had no time left for (its budget spent on clusters that did not answer) comes back this soon.
+POLL_DEFERRED = 1.0
 POLL_UNREACHABLE_FRACTION = 0.5
 POLL_UNREACHABLE_MAX = 300.0
 

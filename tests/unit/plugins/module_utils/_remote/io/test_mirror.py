@@ -170,3 +170,24 @@ def test_the_hard_deadline_ends_a_request_the_socket_timeouts_do_not(monkeypatch
     assert entry["state"] == "unreachable"
     message = m.cond.find(local.claims["stuck"]["status"]["conditions"], m.REMOTE_CLUSTER)["message"]
     assert "within the 0.3 s" in message
+
+
+def test_a_run_has_a_budget_and_the_claims_it_did_not_reach_wait_for_the_next_untouched():
+    """Issue 22: claims naming many clusters that never answer, each its own server, held the remote runner slot for
+    one claim deadline each. A run now stops beginning claims once its budget is spent."""
+    names = [f"c{i}" for i in range(6)]
+    claims = [_claim(name, name) for name in names]
+    local = LocalKube(claims, {name: _secret(f"https://{name}.example:6443") for name in names})
+    run = io.RemoteRun(
+        local, [], False, [], "2030-01-01T00:00:00Z", client_factory=lambda c, d: _Slow(0.2), deadline=0.3, budget=0.5
+    )
+    started = time.monotonic()
+    result = io.mirror_claims(run)
+    assert time.monotonic() - started < 1.5  # before: six claims' deadlines
+    states = {e["name"]: e["state"] for e in result["claims"]}
+    reached = [n for n in names if states[n] != "deferred"]
+    assert 1 <= len(reached) <= 3 and all(states[n] == "unreachable" for n in reached), states
+    deferred = [n for n in names if states[n] == "deferred"]
+    assert deferred and all("status" not in local.claims[n] for n in deferred)  # nothing written for them
+    outcomes = {o["name"]: o for o in result["outcomes"]}
+    assert all((outcomes[n]["result"], outcomes[n]["after"]) == ("done", m.POLL_DEFERRED) for n in deferred)
