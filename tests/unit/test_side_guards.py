@@ -9,7 +9,6 @@ from pathlib import Path
 
 import yaml
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.release import scrubbed_spec
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import CopyRules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
     COPIES_ANNOTATION,
     plan_copies,
@@ -18,6 +17,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
     REBOOT_KEYS_ANNOTATION,
     plan_sync,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metadata import CopyRules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     DATA_ROLES,
     REBOOT_ANNOTATION,

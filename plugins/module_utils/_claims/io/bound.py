@@ -29,7 +29,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.ru
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import ERROR
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, limits
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import CopyRules, copy_rules
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import copy_rules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
     SYNCED,
@@ -49,6 +49,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
     RefusedError,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metadata import CopyRules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
 
 SECRETS = "secrets"

@@ -28,7 +28,6 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.outcomes import claim_outcomes
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import status_patch
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
     WRITERS,
@@ -42,6 +41,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     redacted_secret,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.status import status_patch
 
 # events.k8s.io's limit on an Event's note; core/v1 takes longer messages, nobody reads them.
 EVENT_MESSAGE_LIMIT = 1024

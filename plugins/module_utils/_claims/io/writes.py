@@ -22,13 +22,15 @@ from dataclasses import dataclass, field
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
     binding_token,
-    desired_status,
     locked_claim,
     recorded_host,
-    status_patch,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.status import (
+    desired_status,
+    status_patch,
+)
 
 # Answers to a status write that say the status itself is what the API server will not take: a minimal one may pass.
 STATUS_REFUSED_CODES = (400, 413, 422)

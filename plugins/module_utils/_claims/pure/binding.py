@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.selectors import (
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
     SelectorError,
     matches,
     validate,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     binding_verdict,
     host_pool_selectors,

@@ -1,8 +1,9 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A claim's status as data: the whole status a run wants, the patch that gets there, the binding lock's token.
+"""A claim's binding lock: the host its status records, our finalizer and this run's token on it. Pure.
 
-Pure: the StatusBook (_claims/io/writes.py) calls these and does the writing.
+The status a run wants and the patch that gets there are _common/pure/status.py; the StatusBook
+(_claims/io/writes.py) calls both and does the writing.
 """
 
 from __future__ import annotations
@@ -10,39 +11,6 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
-
-
-def desired_status(claim: dict, updates: dict, conditions: list[tuple[str, str, str, str]], timestamp: str) -> dict:
-    """The claim's status after `updates` (None clears a field) and conditions [(type, status, reason, message)]."""
-    status = copy.deepcopy(claim.get("status") or {})
-    generation = claim["metadata"].get("generation", 0)
-    current = status.get("conditions") or []
-    for type_, value, reason, message in conditions:
-        current = cond.set_condition(current, type_, value, reason, message, generation, timestamp)
-    current = cond.with_ready(current, generation, timestamp)
-    for name, value in updates.items():
-        if value is None:
-            status.pop(name, None)
-        else:
-            status[name] = value
-    status["conditions"] = current
-    status["observedGeneration"] = generation
-    return status
-
-
-def status_patch(claim: dict, desired: dict) -> dict | None:
-    """A merge patch from the claim's status to `desired`, or None when they already agree."""
-    current = claim.get("status") or {}
-    patch = {}
-    for name in (set(current) | set(desired)) - {"lastUpdated"}:
-        if name == "conditions":
-            if not cond.same(current.get("conditions"), desired.get("conditions")):
-                patch["conditions"] = desired["conditions"]
-        elif current.get(name) != desired.get(name):
-            patch[name] = desired.get(name)  # None deletes the field in a merge patch
-    return patch or None
-
 
 BINDING_ANNOTATION = "metalclaim.io/binding-attempt"
 

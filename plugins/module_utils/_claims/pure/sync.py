@@ -25,8 +25,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import CopyRules, metadata_plan
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metadata import CopyRules, metadata_plan
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     PROVISIONED_STATES,
     REBOOT_ANNOTATION,

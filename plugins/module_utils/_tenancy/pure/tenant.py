@@ -15,13 +15,13 @@ import copy
 import re
 from dataclasses import dataclass
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.selectors import (
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
     SelectorError,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.selectors import (
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
     validate as validate_selector,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     BINDING_APPROVALS_ANNOTATION,
     HOST_POOLS_ANNOTATION,

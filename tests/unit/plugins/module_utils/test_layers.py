@@ -1,6 +1,6 @@
-"""The layers of plugins/module_utils, enforced: pure files do no I/O, the provisioner never reaches the
-claim layer, claim steps share helpers through shared files, and AnsiballZ ships each module only
-the files it imports (checked on the payloads Ansible really builds)."""
+"""The layers of plugins/module_utils, enforced: pure files do no I/O, a concern (_claims, _provisioner,
+_tenancy, _remote) imports only _common and itself, claim steps share helpers through shared files, and
+AnsiballZ ships each module only the files it imports (checked on the payloads Ansible really builds)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ MODULE_UTILS = REPO / "plugins" / "module_utils"
 MODULES = REPO / "plugins" / "modules"
 PREFIX = "ansible_collections.metalclaim.hostclaim.plugins.module_utils"
 PURE_FILES = sorted(p for p in MODULE_UTILS.glob("*/pure/*.py") if p.name != "__init__.py")
+COMMON = "_common"
+CONCERNS = sorted(p.name for p in MODULE_UTILS.iterdir() if p.is_dir() and p.name.startswith("_") and p.name != COMMON)
+CONCERN_FILES = sorted(p for concern in CONCERNS for p in (MODULE_UTILS / concern).glob("**/*.py"))
 
 # What pure code may import from the standard library: computation only. Anything else (kubernetes,
 # sushy, requests, pycdlib, ansible.module_utils.basic, os, socket, subprocess, urllib.request, ...)
@@ -129,8 +132,42 @@ def test_claim_steps_do_not_import_each_other():
 
 def test_shared_files_import_no_concern():
     for path in MODULE_UTILS.glob("_common/**/*.py"):
-        reached = {p for p in _reached(path) if "_claims" in p.parts or "_provisioner" in p.parts}
+        reached = {p for p in _reached(path) if p.relative_to(MODULE_UTILS).parts[0] != COMMON}
         assert not reached, f"{path.name} reaches {sorted(str(p) for p in reached)}"
+
+
+def _layer(name: str) -> str:
+    """The top directory of module_utils a collection import names (_common, _claims, ...)."""
+    return name[len(PREFIX) + 1 :].split(".", 1)[0]
+
+
+def _crossings(path: Path, concern: str) -> list[str]:
+    """The collection imports of `path` (a file of `concern`) that name neither _common nor `concern`."""
+    return [n for n in _imports(path) if n.startswith(PREFIX + ".") and _layer(n) not in {COMMON, concern}]
+
+
+def test_there_are_concerns_to_check():
+    assert set(CONCERNS) >= {"_claims", "_provisioner", "_tenancy", "_remote"}, CONCERNS
+
+
+@pytest.mark.parametrize("path", CONCERN_FILES, ids=lambda p: str(p.relative_to(MODULE_UTILS)))
+def test_a_concern_imports_only_common_and_itself(path):
+    """What two concerns share lives in _common (selectors, metadataCopy, a claim's status), never in one of
+    them: a concern can then change, move or go without breaking another."""
+    concern = path.relative_to(MODULE_UTILS).parts[0]
+    crossing = _crossings(path, concern)
+    assert not crossing, f"{path.relative_to(MODULE_UTILS)} imports {crossing}: move what is shared to _common"
+
+
+def test_the_concern_check_catches_a_sideways_import(tmp_path):
+    """The rule above can fail: a remote file importing the claim layer is caught, _common and itself are not."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        f"from {PREFIX}._claims.pure.status import binding_token\n"
+        f"from {PREFIX}._common.pure import conditions\n"
+        f"from {PREFIX}._remote.pure.mirror import FINALIZER\n"
+    )
+    assert _crossings(bad, "_remote") == [f"{PREFIX}._claims.pure.status"]
 
 
 # -- what AnsiballZ ships ----------------------------------------------------------------------

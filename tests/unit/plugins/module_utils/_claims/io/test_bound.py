@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.bound import _plan_sync
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import limits
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import CopyRules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.sync import REBOOT_KEYS_ANNOTATION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metadata import CopyRules
 
 KEY = "reboot.metal3.io/"
 

@@ -4,8 +4,8 @@ the whole one (issue 22)."""
 from __future__ import annotations
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import failures
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import desired_status
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.status import desired_status
 
 CLAIM = {
     "metadata": {"namespace": "t", "name": "c", "generation": 3},

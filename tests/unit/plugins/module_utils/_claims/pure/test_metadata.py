@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import metadata as md
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import copy_rules
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metadata as md
 
 
 def hdp(name: str, copy: dict | None, rule: dict | None = None, namespace: str = "infra") -> dict:
@@ -16,7 +17,7 @@ def hdp(name: str, copy: dict | None, rule: dict | None = None, namespace: str =
 
 
 def rules(*policies, claim_namespace="tenant", labels=None) -> md.CopyRules:
-    return md.copy_rules(list(policies), "infra", claim_namespace, labels or {})
+    return copy_rules(list(policies), "infra", claim_namespace, labels or {})
 
 
 HOST_LABELS = {"infra-kind": "medium", "topology.kubernetes.io/zone": "z1", "secret-rack": "r7"}

@@ -6,7 +6,7 @@ import re
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import sync
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import CopyRules
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metadata import CopyRules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import PROVISIONED_STATES, STATES
 
 IMAGE = {"url": "http://127.0.0.1/a.qcow2", "checksum": "c", "format": "qcow2"}

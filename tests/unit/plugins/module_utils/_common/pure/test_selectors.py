@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.selectors import (
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
     SelectorError,
     matches,
     validate,
