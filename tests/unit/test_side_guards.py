@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import yaml
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.release import scrubbed_spec
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.release import scrubbed_spec
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
     COPIES_ANNOTATION,
     plan_copies,

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import select_claims, step_each
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import step_each
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.binding import select_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.release import orphaned, scrubbed_spec
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
-    COPIES_ANNOTATION,
     copied_secret_name,
     recorded_copies,
     refused_as_no_copy,
@@ -32,34 +33,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, RefusedError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     API_VERSION,
-    DATA_ROLES,
-    REBOOT_ANNOTATION,
 )
-
-
-def scrubbed_spec(host: dict) -> dict:
-    """The host as it must be before it is given back: no tenant data (nor record of its copies), off, metadata
-    cleaning on."""
-    scrubbed = copy.deepcopy(host)
-    spec = scrubbed["spec"]
-    for name in ("image", *DATA_ROLES):
-        spec.pop(name, None)
-    spec["online"] = False
-    spec["automatedCleaningMode"] = "metadata"
-    annotations = scrubbed["metadata"].get("annotations") or {}
-    for name in [a for a in annotations if a == REBOOT_ANNOTATION or a.startswith(REBOOT_ANNOTATION + "/")]:
-        del annotations[name]
-    annotations.pop(COPIES_ANNOTATION, None)
-    return scrubbed
-
-
-def orphaned(host: dict, claims_by_key: dict) -> bool:
-    """Whether the host's consumerRef names a HostClaim missing from claims_by_key (or another uid). Pure."""
-    ref = binding.consumer(host)
-    if not ref or ref.get("kind") != binding.CLAIM_KIND:
-        return False
-    claim = claims_by_key.get((ref.get("namespace", ""), ref.get("name", "")))
-    return claim is None or not binding.consumed_by(host, claim)
 
 
 def release_claims(run) -> dict:

@@ -27,6 +27,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
     in_order,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.binding import committed, select_claims
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.outcomes import claim_outcomes
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
@@ -226,24 +227,6 @@ def _by_type(value):
     if isinstance(value, list) and all(isinstance(c, dict) and "type" in c for c in value):
         return {c["type"]: c for c in value}
     return value
-
-
-def select_claims(claims: list[dict], wanted: list[dict] | None) -> list[dict]:
-    """The claims named in `wanted` ({namespace, name}), or all; oldest first so earlier requests win."""
-    if wanted:
-        keys = {(w["namespace"], w["name"]) for w in wanted}
-        claims = [c for c in claims if binding.key(c) in keys]
-    return sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp") or "", binding.key(c)))
-
-
-def committed(claim: dict, host: dict) -> bool:
-    """Whether the claim's status records the binding its host's consumerRef makes.
-
-    A binder commits a binding by writing the claim's status (see _claim_bind); until then the
-    binding may still be given back, so nothing of the tenant's may reach the host.
-    """
-    recorded = (claim.get("status") or {}).get("hardwareData") or {}
-    return (recorded.get("namespace"), recorded.get("name")) == binding.key(host)
 
 
 def bound_claims(run: ClaimRun) -> list[tuple[dict, dict]]:

@@ -262,3 +262,21 @@ def plan(
         return refused
     bind = Plan(claim, "bind", candidates=eligible, reason=reason, message=message, stale_status=stale)
     return bind
+
+
+def select_claims(claims: list[dict], wanted: list[dict] | None) -> list[dict]:
+    """The claims named in `wanted` ({namespace, name}), or all; oldest first so earlier requests win."""
+    if wanted:
+        keys = {(w["namespace"], w["name"]) for w in wanted}
+        claims = [c for c in claims if key(c) in keys]
+    return sorted(claims, key=lambda c: (c["metadata"].get("creationTimestamp") or "", key(c)))
+
+
+def committed(claim: dict, host: dict) -> bool:
+    """Whether the claim's status records the binding its host's consumerRef makes.
+
+    A binder commits a binding by writing the claim's status (_claims/io/bind.py); until then the
+    binding may still be given back, so nothing of the tenant's may reach the host.
+    """
+    recorded = (claim.get("status") or {}).get("hardwareData") or {}
+    return (recorded.get("namespace"), recorded.get("name")) == key(host)

@@ -21,12 +21,12 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     Fleet,
     HostKube,
     Options,
-    Settling,
     _in_parallel,
     provision_hosts,
     without_tokens,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import machine
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.settling import Settling
 
 TOKEN = "h128PKc4zqNoP_2WL5CB6OJ-3p569jNRQfcPOl2Sti0"
 
