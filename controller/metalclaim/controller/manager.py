@@ -14,7 +14,6 @@ import logging
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
@@ -24,9 +23,12 @@ from .groups import GROUPS, IN_PROCESS_VAR
 from .leader import LeaderElector
 from .reflector import Reflector, Store
 from .runs import Runner, private_directory
-from .scope import CLAIMS, PROVISIONER, TENANTS, Scope
+from .scope import CLAIMS, PROVISIONER, TENANTS
+from .settings import Settings
 from .standby import Standby
 from .workqueue import LIVE, RESYNC, WorkQueue
+
+__all__ = ["Controller", "Settings", "remote_slot_wanted"]
 
 TENANCY_API_VERSION = "tenancy.metalclaim.io/v1alpha1"
 LOG = logging.getLogger("metalclaim.controller")
@@ -35,49 +37,6 @@ LOG = logging.getLogger("metalclaim.controller")
 def log(event: str, **fields) -> None:
     """One JSON line per event: never Secret data, BMC addresses or credentials."""
     LOG.info(json.dumps({"event": event, **fields}, sort_keys=True, default=str))
-
-
-@dataclass
-class Settings:
-    kubeconfig: str | None = None
-    infra_namespaces: tuple = ()  # hosts and policies are watched here; empty: everywhere
-    resync_period: float = 600.0
-    batch_quiet: float = 0.02
-    batch_max_wait: float = 0.25
-    batch_max_size: int = 1000
-    private_data_dir: Path = Path("/tmp/metalclaim-controller")
-    keep_artifacts: int = 20  # per runner slot
-    runner_slots: int = 1  # ansible-runner children running at once (each a dispatcher thread)
-    scope: Scope = field(default_factory=Scope)  # sides (claims, provisioner) and shard
-    kinds: tuple = mapper.DEFAULT_KINDS  # claim kinds the claims side serves; others' claims are left alone
-    remote_allowed_namespaces: tuple = ()  # patterns a remote claim's hardware namespace must match; empty: any
-    namespace_selector: str = ""  # label selector of the claim namespaces served; empty: all
-    deploy_iso_url: str = ""
-    media_dir: str = ""
-    media_url: str = ""
-    provision_max_concurrent: int = 0  # 0: the provision role's default
-    provision_callback_timeout: float = 0.0  # 0: the provision role's default
-    provision_power_poll_interval: float = 0.0  # 0: the provision role's default
-    watch_secrets: bool = True  # Secrets' metadata in namespaces holding claims; False: seen at resync only
-    standby: bool = False  # claim batches go to a reconcile run started ahead (see standby.py)
-    standby_max_age: float = 300.0  # seconds an idle standby run waits before it is recycled
-    # The tenants side: who the claim side is (it reads Secrets in each tenant namespace), the required prefix.
-    tenant_claim_side_subject: dict = field(
-        default_factory=lambda: {
-            "kind": "ServiceAccount",
-            "namespace": "metalclaim-system",
-            "name": "metalclaim-controller",
-        }
-    )
-    tenant_required_prefix: str = ""
-    leader_elect: bool = False
-    leader_election_namespace: str = "metalclaim-system"
-    leader_election_id: str = "metalclaim-controller"
-    identity: str = ""
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    grace_period: float = 20.0
 
 
 class Controller:
@@ -477,11 +436,11 @@ class Controller:
             self.leader = LeaderElector(
                 self.api_client,
                 namespace=settings.leader_election_namespace,
-                name=settings.leader_election_id,
+                name=settings.lease_name,
                 identity=settings.identity,
-                lease_duration=settings.lease_duration,
-                renew_deadline=settings.renew_deadline,
-                retry_period=settings.retry_period,
+                lease_duration=settings.leader_elect_lease_duration,
+                renew_deadline=settings.leader_elect_renew_deadline,
+                retry_period=settings.leader_elect_retry_period,
                 on_started_leading=lambda: self.metrics.leader.set(1),
                 on_stopped_leading=self._lost_leadership,
                 log=log,

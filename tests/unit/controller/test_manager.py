@@ -110,9 +110,8 @@ def test_a_bad_allowed_namespace_pattern_is_a_flag_error(capsys):
 )
 def test_remote_claims_get_a_slot_of_their_own_only_beside_other_work(sides, kinds, wanted):
     from metalclaim.controller.manager import remote_slot_wanted
-    from metalclaim.controller.scope import Scope
 
-    assert remote_slot_wanted(Settings(kinds=kinds, scope=Scope(sides=sides))) is wanted
+    assert remote_slot_wanted(Settings(kinds=kinds, controllers=sides)) is wanted
 
 
 def test_a_baremetal_batch_never_waits_behind_a_remote_one():

@@ -14,7 +14,6 @@ from metalclaim.controller import manager as manager_module
 from metalclaim.controller import mapper
 from metalclaim.controller.manager import Controller, Settings
 from metalclaim.controller.reflector import Store
-from metalclaim.controller.scope import Scope
 
 
 def claim(namespace: str, name: str, kind: str | None = None, rv: str = "1") -> dict:
@@ -140,7 +139,7 @@ def test_claims_of_kinds_or_namespaces_not_served_start_no_watch(monkeypatch):
     assert controller.secret_reflectors == {} and watch.stop.is_set()
 
     # A side that serves no claims, or told not to watch Secrets (--watch-secrets=false): none either.
-    for settings in (Settings(watch_secrets=False), Settings(scope=Scope(sides=("tenants",)))):
+    for settings in (Settings(watch_secrets=False), Settings(controllers=("tenants",))):
         other = Controller(settings, api_client=None)
         add(other, claim("tenant-a", "c1"))
         assert other.secret_reflectors == {}
