@@ -34,11 +34,14 @@ help:
 	@echo "make node-test - the image run as the Deployments run it, on the devenv's node (root; containerd, kubelet)"
 	@echo "make bench  - the benchmark beside the one-run-per-event baseline (figures, a JSON file and a PNG in $(BENCH_OUT))"
 
-$(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt pyproject.toml
+# The controller (the wheel's package) and the development package (devtools/: the devenv, the test and bench
+# helpers; never in the wheel or the tarball), both editable.
+$(VENV)/.installed: requirements/runtime.txt requirements/dev.txt requirements/constraints.txt pyproject.toml \
+		devtools/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements/dev.txt -c requirements/constraints.txt
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet --no-deps -e . -e devtools
 	touch $@
 
 $(COLLECTIONS)/ansible_collections/kubernetes/core/MANIFEST.json: $(VENV)/.installed hack/install-kubernetes-core.py
@@ -68,22 +71,22 @@ vm-setup: setup
 	$(PY) -m pip install --quiet -r requirements/vm.txt -c requirements/constraints.txt
 
 controlplane: setup
-	bash controller/metalclaim/devenv/build-controlplane.sh
+	bash devtools/metalclaim_dev/devenv/build-controlplane.sh
 
 devenv-up: setup
-	$(PY) -m metalclaim.devenv up --dir $(DEVENV_DIR) --hosts $(HOSTS)
+	$(PY) -m metalclaim_dev.devenv up --dir $(DEVENV_DIR) --hosts $(HOSTS)
 
 devenv-down: setup
-	$(PY) -m metalclaim.devenv down --dir $(DEVENV_DIR)
+	$(PY) -m metalclaim_dev.devenv down --dir $(DEVENV_DIR)
 
 demo: setup
 	bash hack/system-packages.sh demo
-	$(PY) -m metalclaim.devenv.demo --dir $(DEVENV_DIR) --hosts $(HOSTS)
+	$(PY) -m metalclaim_dev.devenv.demo --dir $(DEVENV_DIR) --hosts $(HOSTS)
 
 # The same guide on real VMs (root; libvirtd, QEMU, OVMF): a disk image deployed, the VM's serial console shown.
 VMS ?= 1
 demo-vm: vm-setup
-	$(PY) -m metalclaim.devenv.demo --dir $(DEVENV_DIR) --vms $(VMS)
+	$(PY) -m metalclaim_dev.devenv.demo --dir $(DEVENV_DIR) --vms $(VMS)
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -146,10 +149,10 @@ image: build
 
 # kubelet and kube-scheduler for the devenv's node, built from Go modules as the control plane is (same cache).
 node-binaries: controlplane
-	bash controller/metalclaim/devenv/build-controlplane.sh --node >/dev/null
+	bash devtools/metalclaim_dev/devenv/build-controlplane.sh --node >/dev/null
 
 # The image as config/manager runs it (read-only root, user 65532), then config/default on the devenv's node
-# (kubelet, kube-scheduler, containerd: metalclaim.devenv.node; root): tests/node. `make -j2 node-test` builds the
+# (kubelet, kube-scheduler, containerd: metalclaim_dev.devenv.node; root): tests/node. `make -j2 node-test` builds the
 # image (mostly downloads) while Go builds kubelet.
 node-test: image node-binaries
 	METALCLAIM_IMAGE=$(IMAGE) $(PY) -m pytest -p no:xdist --durations=10 tests/node -q
@@ -163,5 +166,5 @@ lock: vm-setup  # every pinned package installed, libvirt-python included
 	$(PY) -m pip freeze --exclude-editable | sed '1i # Exact versions of the whole dependency tree (pip install -c). Regenerate with `make lock`.' > requirements/constraints.txt
 
 clean:
-	-$(PY) -m metalclaim.devenv down --dir $(DEVENV_DIR)
+	-$(PY) -m metalclaim_dev.devenv down --dir $(DEVENV_DIR)
 	rm -rf $(VENV) .venv-ansible-* .collections .ansible build .pytest_cache .ruff_cache

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REPO, api, setup, teardown
 
-from metalclaim.devenv.env import Devenv
-from metalclaim.runner import run
+from metalclaim_dev.devenv.env import Devenv
+from metalclaim_dev.runner import run
 
 
 def reconcile_run(kubeconfig: str, tenant: str, claims: int) -> tuple[float, dict]:

@@ -40,8 +40,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     PROVISIONER_ANNOTATION,
 )
 
-from metalclaim.devenv.env import infra_namespace_bindings, tenant_namespace_bindings  # noqa: E402
-from tests.netfixtures import FaultProxy  # noqa: E402
+from metalclaim_dev.devenv.env import infra_namespace_bindings, tenant_namespace_bindings  # noqa: E402
+from metalclaim_dev.netfixtures import FaultProxy  # noqa: E402
 
 METAL3 = "metal3.io/v1alpha1"
 TENANCY = "tenancy.metalclaim.io/v1alpha1"

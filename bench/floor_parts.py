@@ -52,7 +52,7 @@ def main() -> int:
     env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections")}
     if args.devenv:
         sys.path.insert(0, str(REPO))
-        from metalclaim.devenv.env import Devenv
+        from metalclaim_dev.devenv.env import Devenv
 
         env["K8S_AUTH_KUBECONFIG"] = Devenv.load(Path(args.devenv).resolve()).kubeconfig("controller")
     inventory = f"localhost ansible_connection=local ansible_python_interpreter={sys.executable},"

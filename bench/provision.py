@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import Site
 
-from metalclaim.devenv.env import Devenv
-from metalclaim.runner import run
-from tests.netfixtures import FaultProxy, FileServer
+from metalclaim_dev.devenv.env import Devenv
+from metalclaim_dev.netfixtures import FaultProxy, FileServer
+from metalclaim_dev.runner import run
 
 # The emulator answers at once: short Redfish timeouts, and backoff short enough for a benchmark.
 OPTIONS = {"backoff_base": 1, "backoff_cap": 4, "redfish_timeout": 5, "redfish_retries": 1, "wait": 180}

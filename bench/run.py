@@ -53,9 +53,9 @@ import common
 from common import REPO, ClaimWatch, Controller, Rack, Site, TimingProxy, distribution
 
 from metalclaim.controller.cgroup import cpu_limit
-from metalclaim.devenv.env import Devenv, tenant_namespace_bindings
-from tests.netfixtures import FileServer
-from tests.tenancy import tenancy_rights
+from metalclaim_dev.devenv.env import Devenv, tenant_namespace_bindings
+from metalclaim_dev.netfixtures import FileServer
+from metalclaim_dev.tenancy import tenancy_rights
 
 SCENARIOS = ("floor", "idle", "storm", "resync", "baseline", "provision", "churn", "tenants")
 

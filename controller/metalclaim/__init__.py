@@ -1,5 +1,5 @@
 """metalclaim: HostClaims on bare metal over Redfish - the controller and the media server.
 
-The development environment (`metalclaim.devenv`) lives in the checkout only, and only it knows where the
-checkout is; nothing in the installed package looks for it.
+That is all the wheel holds. The development environment, the test helpers and the bench's helpers are a package
+of their own in the checkout (`metalclaim_dev`, devtools/); nothing in this package looks for the checkout.
 """

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from metalclaim.devenv.images import build_deploy_iso
+from metalclaim_dev.devenv.images import build_deploy_iso
 
 VOLUME_ID = "METALCLAIM_DEPLOY"  # files/metalclaim-build-deploy-iso's
 

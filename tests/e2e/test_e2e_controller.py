@@ -24,11 +24,11 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from metalclaim.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, host_inventory
-from metalclaim.devenv.vms import GUEST_GATEWAY
-from tests.controllerproc import ControllerProcess
-from tests.support import eventually
-from tests.vmenv import (
+from metalclaim_dev.controllerproc import ControllerProcess
+from metalclaim_dev.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, host_inventory
+from metalclaim_dev.devenv.vms import GUEST_GATEWAY
+from metalclaim_dev.support import eventually
+from metalclaim_dev.vmenv import (
     CLEANED_MILESTONE,
     DEPLOY_MILESTONES,
     DISK_MARKER,

@@ -1,4 +1,4 @@
-"""A tenant disk image through the deploy ISO on a real VM (metalclaim.devenv.vms): deploy, clean, faults.
+"""A tenant disk image through the deploy ISO on a real VM (metalclaim_dev.devenv.vms): deploy, clean, faults.
 
 One VM for the module, its own control plane (the file runs alone or beside others). The claim layer's
 steps and bmh_redfish run as the controller would run them (Site.reconcile_and_provision); the deploy ISO
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.site import TENANT, Site, settle
-from tests.support import eventually
-from tests.vmenv import (
+from metalclaim_dev.site import TENANT, Site, settle
+from metalclaim_dev.support import eventually
+from metalclaim_dev.vmenv import (
     CALLBACK_TIMEOUT,
     CLEANED_MILESTONE,
     DEPLOY_MILESTONES,

@@ -1,4 +1,4 @@
-"""The provisioner on real VMs: libvirtd + QEMU (TCG) behind sushy-tools' libvirt driver (metalclaim.devenv.vms).
+"""The provisioner on real VMs: libvirtd + QEMU (TCG) behind sushy-tools' libvirt driver (metalclaim_dev.devenv.vms).
 
 One VM for the module (VMs are heavy; the 2 cores are shared), its own control plane and namespaces, so the file
 runs alone or beside others. The tests run in order on that VM: registration and inspection, then a live ISO.
@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from metalclaim.devenv import vms
-from metalclaim.devenv.images import build_marker_iso
-from tests.site import settle
-from tests.support import eventually
-from tests.vmenv import vm_environment, vm_site
+from metalclaim_dev.devenv import vms
+from metalclaim_dev.devenv.images import build_marker_iso
+from metalclaim_dev.site import settle
+from metalclaim_dev.support import eventually
+from metalclaim_dev.vmenv import vm_environment, vm_site
 
 HOST = "vm-0"
 LIVE_ISO_MARKER = "metalclaim-live-iso-marker-7f3c"

@@ -2,7 +2,7 @@
 pytest-xdist (`make test`), one per worker, each worker running whole files (--dist loadfile).
 
 Set METALCLAIM_DEVENV=<dir> to reuse an environment started with
-`python -m metalclaim.devenv up --dir <dir>` (faster when iterating).
+`python -m metalclaim_dev.devenv up --dir <dir>` (faster when iterating).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
-from metalclaim.devenv.env import Devenv
-from tests.claimlayer import Rack
-from tests.netfixtures import FileServer, MediaServer
-from tests.site import Site
-from tests.support import session_devenv
+from metalclaim_dev.claimlayer import Rack
+from metalclaim_dev.devenv.env import Devenv
+from metalclaim_dev.netfixtures import FileServer, MediaServer
+from metalclaim_dev.site import Site
+from metalclaim_dev.support import session_devenv
 
 # Eight emulated systems: the provisioner must take a fleet of 8 from registering to available.
 FLEET_SIZE = int(os.environ.get("METALCLAIM_TEST_HOSTS", "8"))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import eventually
+from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import REPO_ROOT
+from metalclaim_dev.support import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from metalclaim.runner import run
-from tests.claimlayer import METAL3, TENANT_A, TENANT_B, condition, step
-from tests.support import REPO_ROOT
+from metalclaim_dev.claimlayer import METAL3, TENANT_A, TENANT_B, condition, step
+from metalclaim_dev.runner import run
+from metalclaim_dev.support import REPO_ROOT
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "reconcile.yml"
 RECONCILE = "Reconcile the claims (release, bind, copy data Secrets, sync)"

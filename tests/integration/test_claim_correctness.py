@@ -21,7 +21,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import STATES
 from kubernetes.client.exceptions import ApiException
 
-from tests.claimlayer import TENANT_A, condition
+from metalclaim_dev.claimlayer import TENANT_A, condition
 
 pytestmark = pytest.mark.integration
 

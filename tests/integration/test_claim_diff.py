@@ -9,7 +9,7 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.claimlayer import TENANT_A, Rack, step
+from metalclaim_dev.claimlayer import TENANT_A, Rack, step
 
 pytestmark = pytest.mark.integration
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.claimlayer import TENANT_A, step
+from metalclaim_dev.claimlayer import TENANT_A, step
 
 pytestmark = pytest.mark.integration
 

@@ -18,11 +18,11 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from metalclaim.controller.scope import shard_of
-from tests.claimlayer import TENANT_A, TENANT_B
-from tests.controllerproc import ControllerProcess, associated, association, claim_side, fence, runs_of
-from tests.controllerproc import provisioner as provisioner_side
-from tests.site import TENANT
-from tests.support import REPO_ROOT, eventually, run_playbook
+from metalclaim_dev.claimlayer import TENANT_A, TENANT_B
+from metalclaim_dev.controllerproc import ControllerProcess, associated, association, claim_side, fence, runs_of
+from metalclaim_dev.controllerproc import provisioner as provisioner_side
+from metalclaim_dev.site import TENANT
+from metalclaim_dev.support import REPO_ROOT, eventually, run_playbook
 
 pytestmark = pytest.mark.integration
 REACTION = 20  # seconds: a run is ~1-2 s of ansible-runner; generous for a loaded CI machine

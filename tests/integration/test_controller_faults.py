@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from metalclaim.devenv.controlplane import start_apiserver, stop_apiserver
-from tests.claimlayer import TENANT_A, Rack
-from tests.controllerproc import ControllerProcess, associated, claim_side, provisioner, runs_of
-from tests.support import eventually
+from metalclaim_dev.claimlayer import TENANT_A, Rack
+from metalclaim_dev.controllerproc import ControllerProcess, associated, claim_side, provisioner, runs_of
+from metalclaim_dev.devenv.controlplane import start_apiserver, stop_apiserver
+from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
 SETTLE = 120  # seconds: a generous bound for convergence on a loaded 2-core machine (detects a hang, not a speed)

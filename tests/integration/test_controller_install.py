@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
 
-from tests.controllerproc import ControllerProcess, associated, claim_side
-from tests.support import REPO_ROOT, eventually
+from metalclaim_dev.controllerproc import ControllerProcess, associated, claim_side
+from metalclaim_dev.support import REPO_ROOT, eventually
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent  # this checkout's virtualenv: builds only, never the installed controller

@@ -15,10 +15,10 @@ import uuid
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from metalclaim.devenv.env import tenant_namespace_bindings
-from tests.claimlayer import METAL3
-from tests.controllerproc import ControllerProcess, claim_side, runs_of
-from tests.support import eventually
+from metalclaim_dev.claimlayer import METAL3
+from metalclaim_dev.controllerproc import ControllerProcess, claim_side, runs_of
+from metalclaim_dev.devenv.env import tenant_namespace_bindings
+from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
 REACTION = 20  # seconds: as test_controller.py

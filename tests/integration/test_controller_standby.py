@@ -13,9 +13,9 @@ import time
 
 import pytest
 
-from tests.claimlayer import TENANT_A
-from tests.controllerproc import ControllerProcess, associated, claim_side, fence, runs_of
-from tests.support import eventually
+from metalclaim_dev.claimlayer import TENANT_A
+from metalclaim_dev.controllerproc import ControllerProcess, associated, claim_side, fence, runs_of
+from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
 REACTION = 20

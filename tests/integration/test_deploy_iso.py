@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from metalclaim.devenv.images import build_deploy_iso
-from tests.support import REPO_ROOT
+from metalclaim_dev.devenv.images import build_deploy_iso
+from metalclaim_dev.support import REPO_ROOT
 
 WRITER = REPO_ROOT / "files" / "metalclaim-image-writer"
 TOOLS = ("xorriso", "unsquashfs", "zstd", "cpio", "debootstrap", "grub-mkrescue")

@@ -1,4 +1,4 @@
-"""`python -m metalclaim.devenv up --clusters 2`: the hardware cluster beside the workload cluster, wired for remote
+"""`python -m metalclaim_dev.devenv up --clusters 2`: the hardware cluster beside the workload cluster, wired for remote
 claims. Driven through the CLI as a developer would, then one remote.yml run as the workload's controller identity
 mirrors tenant-a's remote claim into the hardware cluster with the kubeconfig Secret the devenv wrote."""
 
@@ -11,9 +11,9 @@ import pytest
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
-from metalclaim.devenv import clusters
-from metalclaim.devenv.env import TENANT_NAMESPACES, Devenv
-from tests.support import REPO_ROOT, run_playbook
+from metalclaim_dev.devenv import clusters
+from metalclaim_dev.devenv.env import TENANT_NAMESPACES, Devenv
+from metalclaim_dev.support import REPO_ROOT, run_playbook
 
 pytestmark = pytest.mark.integration
 TENANT_NAMESPACE = TENANT_NAMESPACES["tenant-a"]
@@ -21,7 +21,7 @@ TENANT_NAMESPACE = TENANT_NAMESPACES["tenant-a"]
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "metalclaim.devenv", *args], capture_output=True, text=True, check=False, timeout=300
+        [sys.executable, "-m", "metalclaim_dev.devenv", *args], capture_output=True, text=True, check=False, timeout=300
     )
 
 

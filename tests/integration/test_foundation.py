@@ -11,7 +11,7 @@ import uuid
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.support import REPO_ROOT, eventually, guide_object, status_of
+from metalclaim_dev.support import REPO_ROOT, eventually, guide_object, status_of
 
 INFRA = "infrahost"
 TENANT_A = "cluster-ns"

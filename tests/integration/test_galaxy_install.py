@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from metalclaim_dev.support import REPO_ROOT
 from tests.integration.test_controller_install import (
     _kubernetes_core_wheel,
     _outside_the_checkout_env,
     _run,
     _runtime_wheelhouse,
 )
-from tests.support import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 BIN = Path(sys.executable).parent

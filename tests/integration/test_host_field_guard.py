@@ -25,8 +25,8 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 
 from metalclaim.controller.leader import LeaderElector
-from tests.support import REPO_ROOT, run_playbook, status_of
-from tests.tenancy import as_user, tenancy_rights
+from metalclaim_dev.support import REPO_ROOT, run_playbook, status_of
+from metalclaim_dev.tenancy import as_user, tenancy_rights
 
 pytestmark = pytest.mark.integration
 

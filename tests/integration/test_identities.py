@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from metalclaim.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES
-from tests.support import REPO_ROOT, run_playbook, status_of
+from metalclaim_dev.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES
+from metalclaim_dev.support import REPO_ROOT, run_playbook, status_of
 
 pytestmark = pytest.mark.integration
 TENANT_NS = TENANT_NAMESPACES["tenant-a"]

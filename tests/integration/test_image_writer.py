@@ -21,8 +21,8 @@ import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import configdrive, media
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import media_protocol as protocol
 
-from tests.configdrive_reader import read_config_drive
-from tests.support import REPO_ROOT
+from metalclaim_dev.configdrive_reader import read_config_drive
+from metalclaim_dev.support import REPO_ROOT
 
 WRITER = REPO_ROOT / "files" / "metalclaim-image-writer"
 MIB = 1024 * 1024

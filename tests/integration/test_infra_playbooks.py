@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from metalclaim.runner import run
-from tests.support import REPO_ROOT, run_playbook, run_tasks
+from metalclaim_dev.runner import run
+from metalclaim_dev.support import REPO_ROOT, run_playbook, run_tasks
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.support import REPO_ROOT, run_playbook
+from metalclaim_dev.support import REPO_ROOT, run_playbook
 
 pytestmark = pytest.mark.integration
 

@@ -24,7 +24,7 @@ import urllib.parse
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
 
-from tests.support import eventually
+from metalclaim_dev.support import eventually
 
 IDLE = 1000
 ISO = bytes(range(256)) * (1440 * 4)  # a floppy-sized config drive, 1.44 MiB

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.claimlayer import TENANT_A, step
+from metalclaim_dev.claimlayer import TENANT_A, step
 
 pytestmark = pytest.mark.integration
 

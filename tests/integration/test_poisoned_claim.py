@@ -16,9 +16,9 @@ from kubernetes.client.exceptions import ApiException
 
 from metalclaim.controller import outcomes
 from metalclaim.controller.mapper import CLAIM
-from metalclaim.devenv.env import namespace, role_binding, tenant_namespace_bindings
-from tests.claimlayer import TENANT_A, condition
-from tests.support import REPO_ROOT, run_playbook
+from metalclaim_dev.claimlayer import TENANT_A, condition
+from metalclaim_dev.devenv.env import namespace, role_binding, tenant_namespace_bindings
+from metalclaim_dev.support import REPO_ROOT, run_playbook
 
 pytestmark = pytest.mark.integration
 

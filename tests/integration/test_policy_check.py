@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from tests.support import run_tasks
+from metalclaim_dev.support import run_tasks
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ import urllib.request
 
 import pytest
 
-from tests.configdrive_reader import read_config_drive
-from tests.netfixtures import FaultProxy, post_json
-from tests.site import TENANT, Site, settle
-from tests.support import eventually
+from metalclaim_dev.configdrive_reader import read_config_drive
+from metalclaim_dev.netfixtures import FaultProxy, post_json
+from metalclaim_dev.site import TENANT, Site, settle
+from metalclaim_dev.support import eventually
 
 OPERATION = "provisioner.metalclaim.io/operation"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.claimlayer import TENANT_A, condition
-from tests.support import REPO_ROOT, run_playbook
+from metalclaim_dev.claimlayer import TENANT_A, condition
+from metalclaim_dev.support import REPO_ROOT, run_playbook
 
 pytestmark = pytest.mark.integration
 

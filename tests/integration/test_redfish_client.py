@@ -18,9 +18,9 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     parse_bmc_address,
 )
 
-from metalclaim.devenv.redfish import DISK_BYTES
-from tests.netfixtures import FaultProxy, FileServer
-from tests.support import eventually
+from metalclaim_dev.devenv.redfish import DISK_BYTES
+from metalclaim_dev.netfixtures import FaultProxy, FileServer
+from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import sushy
 from sushy import auth as sushy_auth
 from sushy import exceptions as sushy_exc
 
-from metalclaim.devenv.processes import free_port
-from metalclaim.devenv.redfish import DISK_BYTES, RedfishFleet, fleet_systems, start_fleet, stop_fleet
+from metalclaim_dev.devenv.processes import free_port
+from metalclaim_dev.devenv.redfish import DISK_BYTES, RedfishFleet, fleet_systems, start_fleet, stop_fleet
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.claimlayer import TENANT_A, TENANT_B, condition, step
+from metalclaim_dev.claimlayer import TENANT_A, TENANT_B, condition, step
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import json
 import uuid
 from pathlib import Path
 
-from tests.claimlayer import TENANT_A
-from tests.remotecluster import (  # noqa: F401 (fixtures)
+from metalclaim_dev.claimlayer import TENANT_A
+from metalclaim_dev.remotecluster import (  # noqa: F401 (fixtures)
     HardwareTenant,
     WorkloadTenant,
     condition,
@@ -23,7 +23,7 @@ from tests.remotecluster import (  # noqa: F401 (fixtures)
     hw_tenant,
     tenant,
 )
-from tests.support import run_tasks
+from metalclaim_dev.support import run_tasks
 
 WRITE_VERBS = ("create", "replace", "patch", "delete")
 
@@ -203,7 +203,7 @@ def test_quota_and_unreachable_show_on_the_local_claim(devenv, hardware, hardwar
     first = tenant.claim("first", secret)
     second = tenant.claim("second", secret)
     # The quota controller must have counted the namespace before it refuses anything.
-    from tests.support import eventually
+    from metalclaim_dev.support import eventually
 
     eventually(
         lambda: (
@@ -220,7 +220,7 @@ def test_quota_and_unreachable_show_on_the_local_claim(devenv, hardware, hardwar
     assert hw_tenant.claim(second) is None
 
     # A hardware cluster that does not answer (a closed loopback port): said so, its address never shown.
-    from metalclaim.devenv.processes import free_port
+    from metalclaim_dev.devenv.processes import free_port
 
     down = hw_tenant.kubeconfig()
     down["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"

@@ -13,11 +13,11 @@ import time
 
 import pytest
 
-from metalclaim.devenv.controlplane import start_apiserver, stop_apiserver
-from tests.claimlayer import TENANT_A
-from tests.controllerproc import ControllerProcess, associated, claim_side, runs_of
-from tests.controllerproc import provisioner as provisioner_side
-from tests.remotecluster import (  # noqa: F401 (fixtures)
+from metalclaim_dev.claimlayer import TENANT_A
+from metalclaim_dev.controllerproc import ControllerProcess, associated, claim_side, runs_of
+from metalclaim_dev.controllerproc import provisioner as provisioner_side
+from metalclaim_dev.devenv.controlplane import start_apiserver, stop_apiserver
+from metalclaim_dev.remotecluster import (  # noqa: F401 (fixtures)
     HardwareTenant,
     WorkloadTenant,
     condition,
@@ -27,8 +27,8 @@ from tests.remotecluster import (  # noqa: F401 (fixtures)
     hw_tenant,
     tenant,
 )
-from tests.site import Site
-from tests.support import eventually
+from metalclaim_dev.site import Site
+from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
 REACTION = 30  # seconds: a run is ~1-3 s of ansible-runner, a remote claim is polled every 2 s until Ready

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.claimlayer import TENANT_A
-from tests.controllerproc import ControllerProcess, associated, claim_side, runs_of
-from tests.remotecluster import condition, tenant  # noqa: F401 (fixture)
-from tests.support import eventually
+from metalclaim_dev.claimlayer import TENANT_A
+from metalclaim_dev.controllerproc import ControllerProcess, associated, claim_side, runs_of
+from metalclaim_dev.remotecluster import condition, tenant  # noqa: F401 (fixture)
+from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
 # A baremetal claim is Associated in ~1.5-4 s on a loaded 2-core machine (one run); before issue 22 it waited

@@ -17,11 +17,11 @@ import urllib.request
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.configdrive_reader import read_config_drive
-from tests.controllerproc import ControllerProcess
-from tests.netfixtures import post_json
-from tests.site import TENANT
-from tests.support import eventually
+from metalclaim_dev.configdrive_reader import read_config_drive
+from metalclaim_dev.controllerproc import ControllerProcess
+from metalclaim_dev.netfixtures import post_json
+from metalclaim_dev.site import TENANT
+from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
 TENANT_B, TENANT_B_NAMESPACE = "tenant-b", "tenant-b"

@@ -19,8 +19,8 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from tests.claimlayer import TENANT_A, condition, step
-from tests.support import REPO_ROOT
+from metalclaim_dev.claimlayer import TENANT_A, condition, step
+from metalclaim_dev.support import REPO_ROOT
 
 pytestmark = pytest.mark.integration
 SAMPLES = REPO_ROOT / "config" / "samples"

@@ -13,8 +13,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
 from kubernetes.client.exceptions import ApiException
 
-from tests.claimlayer import TENANT_A, Rack, condition, step
-from tests.support import eventually
+from metalclaim_dev.claimlayer import TENANT_A, Rack, condition, step
+from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
 

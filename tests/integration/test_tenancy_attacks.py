@@ -23,8 +23,8 @@ import yaml
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as hook_plan
 from kubernetes.client.exceptions import ApiException
 
-from tests.support import REPO_ROOT, status_of
-from tests.tenancy import (
+from metalclaim_dev.support import REPO_ROOT, status_of
+from metalclaim_dev.tenancy import (
     RBAC,
     TENANCY,
     as_user,

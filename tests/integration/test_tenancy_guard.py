@@ -13,7 +13,7 @@ import uuid
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.tenancy import RBAC, tenancy_rights
+from metalclaim_dev.tenancy import RBAC, tenancy_rights
 
 pytestmark = pytest.mark.integration
 

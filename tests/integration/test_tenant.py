@@ -9,10 +9,10 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from tests.claimlayer import TENANT_A, step
-from tests.claimlayer import condition as claim_condition
-from tests.support import REPO_ROOT, eventually, run_playbook
-from tests.tenancy import TENANCY, as_user, condition, read_tenant
+from metalclaim_dev.claimlayer import TENANT_A, step
+from metalclaim_dev.claimlayer import condition as claim_condition
+from metalclaim_dev.support import REPO_ROOT, eventually, run_playbook
+from metalclaim_dev.tenancy import TENANCY, as_user, condition, read_tenant
 
 pytestmark = pytest.mark.integration
 

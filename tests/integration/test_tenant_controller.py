@@ -9,8 +9,8 @@ import uuid
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.support import eventually
-from tests.tenancy import RBAC, TENANCY, tenancy_rights, tenants_side
+from metalclaim_dev.support import eventually
+from metalclaim_dev.tenancy import RBAC, TENANCY, tenancy_rights, tenants_side
 
 pytestmark = pytest.mark.integration
 

@@ -20,9 +20,18 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from tests.claimlayer import condition as claim_condition
-from tests.support import REPO_ROOT, eventually, run_playbook, status_of
-from tests.tenancy import CLAIM_SIDE, TENANCY, as_user, condition, delete_tenants, read_tenant, reconcile, tenants_side
+from metalclaim_dev.claimlayer import condition as claim_condition
+from metalclaim_dev.support import REPO_ROOT, eventually, run_playbook, status_of
+from metalclaim_dev.tenancy import (
+    CLAIM_SIDE,
+    TENANCY,
+    as_user,
+    condition,
+    delete_tenants,
+    read_tenant,
+    reconcile,
+    tenants_side,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -715,7 +724,7 @@ def tenancy_side(clients):
 def test_the_controller_asks_again_and_retries_by_itself(
     devenv, clients, server, credentials, tenancy_side, tenants, tmp_path
 ):
-    from tests.controllerproc import ControllerProcess
+    from metalclaim_dev.controllerproc import ControllerProcess
 
     name = tenants()
     server.answers["/gate"] = (500, b"not yet", {})

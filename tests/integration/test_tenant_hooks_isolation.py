@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.tenancy import TENANCY, condition, delete_tenants, read_tenant, reconcile
+from metalclaim_dev.tenancy import TENANCY, condition, delete_tenants, read_tenant, reconcile
 
 NAMESPACE_OWNED_ELSEWHERE = "NamespaceOwnedElsewhere"
 

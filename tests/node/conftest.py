@@ -14,9 +14,9 @@ import pytest
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
-from metalclaim.devenv.env import Devenv
-from tests.claimlayer import Rack
-from tests.support import session_devenv
+from metalclaim_dev.claimlayer import Rack
+from metalclaim_dev.devenv.env import Devenv
+from metalclaim_dev.support import session_devenv
 
 FLEET_SIZE = 3
 

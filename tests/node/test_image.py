@@ -12,9 +12,9 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from metalclaim.devenv.processes import free_port
-from tests.controllerproc import associated
-from tests.support import eventually
+from metalclaim_dev.controllerproc import associated
+from metalclaim_dev.devenv.processes import free_port
+from metalclaim_dev.support import eventually
 
 # config/manager/deployment.yaml's pod, as podman flags. nofile/nproc: podman's defaults are more than root
 # may set here (no CAP_SYS_RESOURCE), see hack/build-image.sh.

@@ -1,6 +1,6 @@
 """config/default on a real node: the image as pods (kubelet, containerd), users with kubectl only.
 
-The devenv's node (metalclaim.devenv.node) has no kube-proxy or pod network and its API server listens on
+The devenv's node (metalclaim_dev.devenv.node) has no kube-proxy or pod network and its API server listens on
 loopback, so a test overlay (written here, in the test's tmp dir) runs both Deployments with hostNetwork,
 KUBERNETES_SERVICE_HOST/PORT pointing at the API server, and every port (metrics, probes, media) on a free
 loopback port; one node, so the claim side runs one replica that a rollout replaces (maxSurge 0): its Lease
@@ -19,10 +19,10 @@ from urllib.parse import urlparse
 import pytest
 import yaml
 
-from metalclaim.devenv import REPO_ROOT, node
-from metalclaim.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES
-from metalclaim.devenv.processes import free_port
-from tests.support import eventually
+from metalclaim_dev.devenv import REPO_ROOT, node
+from metalclaim_dev.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES
+from metalclaim_dev.devenv.processes import free_port
+from metalclaim_dev.support import eventually
 
 NAMESPACE = "metalclaim-system"
 TENANT_NS = TENANT_NAMESPACES["tenant-a"]

@@ -1,4 +1,4 @@
-"""What the devenv's node is given (metalclaim.devenv.node), without starting it."""
+"""What the devenv's node is given (metalclaim_dev.devenv.node), without starting it."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import tarfile
 import tomllib
 from pathlib import Path
 
-from metalclaim.devenv import node
+from metalclaim_dev.devenv import node
 
 
 def test_containerd_uses_runc_and_never_lowers_oom_score_adj(tmp_path):

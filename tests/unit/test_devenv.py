@@ -8,11 +8,11 @@ import sys
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from metalclaim.devenv import redfish
-from metalclaim.devenv.controlplane import IDENTITIES
-from metalclaim.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, host_inventory, tenancy_objects
-from metalclaim.devenv.pki import CertificateAuthority
-from metalclaim.devenv.processes import alive, spawn, stop_process_group
+from metalclaim_dev.devenv import redfish
+from metalclaim_dev.devenv.controlplane import IDENTITIES
+from metalclaim_dev.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, host_inventory, tenancy_objects
+from metalclaim_dev.devenv.pki import CertificateAuthority
+from metalclaim_dev.devenv.processes import alive, spawn, stop_process_group
 
 
 def load(path):

@@ -1,11 +1,11 @@
-"""The VM fleet's pure parts: domain XML and system records (metalclaim.devenv.vms)."""
+"""The VM fleet's pure parts: domain XML and system records (metalclaim_dev.devenv.vms)."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from metalclaim.devenv import vms
+from metalclaim_dev.devenv import vms
 
 
 def test_vm_systems_are_stable_and_address_the_forwarded_bmc(tmp_path):
@@ -34,7 +34,7 @@ def test_domains_use_tcg_unless_kvm_is_asked_for_and_log_the_serial_console(tmp_
 
 
 def test_redfish_requests_are_counted_per_vm_from_the_emulator_access_log():
-    from tests.vmenv import SHARED, redfish_requests
+    from metalclaim_dev.vmenv import SHARED, redfish_requests
 
     systems = [{"name": "mc-vm-00", "uuid": "u-0"}, {"name": "mc-vm-01", "uuid": "u-1"}]
     log = "\n".join(

@@ -19,7 +19,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure 
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 
-from tests.support import REPO_ROOT
+from metalclaim_dev.support import REPO_ROOT
 
 DOCS = REPO_ROOT / "docs"
 TENANT_GUIDE = DOCS / "tenant-guide.md"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import manifest_objects
+from metalclaim_dev.support import manifest_objects
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "config"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support import REPO_ROOT
+from metalclaim_dev.support import REPO_ROOT
 
 BIN = Path(sys.executable).parent
 
@@ -87,7 +87,7 @@ def tarball_files(tmp_path_factory) -> list[str]:
 def test_the_tarball_ships_only_allowed_files(tarball_files):
     outside = [name for name in tarball_files if not any(fnmatch.fnmatch(name, p) for p in TARBALL_ALLOW)]
     assert not outside, f"files outside the allow-list (galaxy.yml build_ignore): {outside}"
-    assert not [n for n in tarball_files if n.split("/")[0] in ("controller", "bench", "hack", "molecule")]
+    assert not [n for n in tarball_files if n.split("/")[0] in ("controller", "devtools", "bench", "hack", "molecule")]
 
 
 def test_the_tarball_ships_the_collection(tarball_files):
@@ -193,7 +193,9 @@ def test_the_wheel_has_the_controller_and_mediaserver_console_scripts(wheel):
         "metalclaim-mediaserver": "metalclaim.mediaserver:main",
     }
     assert "metalclaim/mediaserver.py" in names and "metalclaim/controller/__main__.py" in names
-    assert not [n for n in names if n.startswith("metalclaim/devenv")], "the devenv stays in the checkout"
+    # The development package (devtools/: the devenv, runner, test and bench helpers) stays in the checkout.
+    assert {n.split("/")[0] for n in names if "/" in n and ".dist-info/" not in n} == {"metalclaim"}
+    assert not [n for n in names if n.startswith(("metalclaim/devenv", "metalclaim/runner"))]
 
 
 def test_nothing_in_the_wheel_looks_for_the_checkout(wheel):

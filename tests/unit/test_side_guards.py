@@ -24,7 +24,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import RESERVED_FOR_ANNOTATION
 
-from tests.support import manifest_objects
+from metalclaim_dev.support import manifest_objects
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ import subprocess
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import configdrive
 
-from tests.configdrive_reader import read_config_drive, volume_id
-from tests.support import REPO_ROOT
+from metalclaim_dev.configdrive_reader import read_config_drive, volume_id
+from metalclaim_dev.support import REPO_ROOT
 
 TOKEN = "A" * 43
 DEPLOY = {

@@ -622,7 +622,7 @@ def test_the_cleaning_config_drive_tells_the_writer_how_deep_to_erase(tmp_path, 
     machine) reaches the writer's instructions; bmh_redfish's cleaning_erase option reaches the machine's settings."""
     from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
 
-    from tests.configdrive_reader import read_config_drive
+    from metalclaim_dev.configdrive_reader import read_config_drive
 
     options = Options(settings=machine.Settings(media_url="http://127.0.0.1:2"), media_dir=str(tmp_path))
     host = {"metadata": {"name": "bm-01", "namespace": "infrahost"}, "spec": {}}

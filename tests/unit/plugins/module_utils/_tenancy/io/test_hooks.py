@@ -171,7 +171,7 @@ def test_a_delivery_ends_at_its_deadline_however_the_hook_stalls(serve, handle):
 
 
 def test_a_delivery_over_tls_ends_at_its_deadline_too(serve, tmp_path):
-    from metalclaim.devenv.pki import CertificateAuthority
+    from metalclaim_dev.devenv.pki import CertificateAuthority
 
     authority = CertificateAuthority(tmp_path / "pki")
     pair = authority.issue("hook", "hook", server_names=("127.0.0.1",))

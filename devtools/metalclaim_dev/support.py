@@ -1,4 +1,4 @@
-"""Helpers shared by unit and integration tests."""
+"""Helpers shared by the unit, integration, node and end-to-end tests and the benches."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from metalclaim_dev import REPO_ROOT
+
 USER_GUIDE = REPO_ROOT.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt"
 
 
@@ -47,7 +48,7 @@ def eventually(check, timeout: float = 60.0, interval: float = 0.5, message: str
 
 def run_playbook(tmp_path: Path, playbook: Path, kubeconfig: str, extravars: dict | None = None) -> list[dict]:
     """Run a playbook against localhost as a user would; return each task's result, in order."""
-    from metalclaim.runner import run
+    from metalclaim_dev.runner import run
 
     result = run(tmp_path, kubeconfig, playbook=str(playbook), extravars=extravars)
     if result.status != "successful" and not any(task["failed"] for task in result.tasks):
@@ -80,7 +81,7 @@ def status_of(call) -> int:
 def session_devenv(variable: str, directory: Path, hosts: int):
     """A session fixture's body: the running devenv named by the environment `variable` (reused, left running),
     else one started in `directory` with `hosts` systems and stopped afterwards."""
-    from metalclaim.devenv.env import Devenv
+    from metalclaim_dev.devenv.env import Devenv
 
     reuse = os.environ.get(variable)
     if reuse:

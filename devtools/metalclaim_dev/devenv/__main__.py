@@ -1,4 +1,4 @@
-"""python -m metalclaim.devenv up|status|down --dir DIR [--hosts N | --vms N] [--clusters 2] [--node]"""
+"""python -m metalclaim_dev.devenv up|status|down --dir DIR [--hosts N | --vms N] [--clusters 2] [--node]"""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def summary(env: Devenv) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m metalclaim.devenv", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m metalclaim_dev.devenv", description=__doc__)
     parser.add_argument("command", choices=("up", "status", "down"))
     parser.add_argument("--dir", type=Path, default=Path(".devenv"), help="where state, logs and certs live")
     parser.add_argument("--hosts", type=int, default=4, help="emulated Redfish systems (and BareMetalHosts)")
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--node",
         action="store_true",
-        help="also a node (kubelet, kube-scheduler, containerd) that runs pods: root; metalclaim.devenv.node",
+        help="also a node (kubelet, kube-scheduler, containerd) that runs pods: root; metalclaim_dev.devenv.node",
     )
     parser.add_argument("--json", action="store_true", help="print the state file instead of a summary")
     args = parser.parse_args(argv)

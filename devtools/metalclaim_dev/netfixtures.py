@@ -310,7 +310,7 @@ class MediaServer:
     writer's callbacks in. Its log is <directory>.log."""
 
     def __init__(self, directory: Path):
-        from metalclaim.devenv.processes import free_port
+        from metalclaim_dev.devenv.processes import free_port
 
         self.dir = str(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -319,7 +319,7 @@ class MediaServer:
         self._process: subprocess.Popen | None = None
 
     def __enter__(self) -> MediaServer:
-        from metalclaim.devenv.processes import wait_until
+        from metalclaim_dev.devenv.processes import wait_until
 
         port = self.url.rsplit(":", 1)[1]
         argv = [sys.executable, "-m", "metalclaim.mediaserver", "--dir", self.dir, "--listen", "127.0.0.1"]

@@ -18,12 +18,12 @@ import pytest
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
-from metalclaim.devenv import vms
-from metalclaim.devenv.env import Devenv, role_binding
-from metalclaim.devenv.images import build_deploy_iso, build_disk_image, file_sha256
-from metalclaim.devenv.processes import DevenvError, stop_process_group
-from tests.configdrive_reader import read_config_drive, volume_id
-from tests.site import Site
+from metalclaim_dev.configdrive_reader import read_config_drive, volume_id
+from metalclaim_dev.devenv import vms
+from metalclaim_dev.devenv.env import Devenv, role_binding
+from metalclaim_dev.devenv.images import build_deploy_iso, build_disk_image, file_sha256
+from metalclaim_dev.devenv.processes import DevenvError, stop_process_group
+from metalclaim_dev.site import Site
 
 DISK_MARKER = "metalclaim-tenant-disk-marker-5d1e"
 MIB = 1024 * 1024

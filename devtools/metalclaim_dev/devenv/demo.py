@@ -1,6 +1,6 @@
 """The user guide's scenario on a local fleet, driven by the controller; people only use kubectl.
 
-    python -m metalclaim.devenv.demo --dir .devenv --hosts 4
+    python -m metalclaim_dev.devenv.demo --dir .devenv --hosts 4
 
 Brings the devenv up (control plane + Redfish emulator + registered BareMetalHosts), starts the
 controller as two processes of its own - the claim side as the `controller` identity, the Redfish
@@ -14,9 +14,9 @@ controllers log to <dir>/demo/ and are stopped (SIGTERM) at the end or on Ctrl-C
 No deploy ISO is configured: the emulated servers boot nothing, so no image writer would ever call back.
 A live ISO needs none; a released host's `Cleaned` condition says `CleaningUnsupported` instead of waiting.
 
-    python -m metalclaim.devenv.demo --dir .devenv --vms 1        (make demo-vm; root, libvirtd and QEMU)
+    python -m metalclaim_dev.devenv.demo --dir .devenv --vms 1        (make demo-vm; root, libvirtd and QEMU)
 
-The same guide on real VMs (metalclaim.devenv.vms): the provisioner side gets the deploy ISO (built once from
+The same guide on real VMs (metalclaim_dev.devenv.vms): the provisioner side gets the deploy ISO (built once from
 Debian packages, cached) and the devenv's media server; the tenant sets a disk image built here (its checksum,
 the guide's userData) instead of a live ISO; once Provisioned, the VM's serial console is shown as it boots
 the image from its disk; the claim's deletion cleans the disk (metadata) before the host is available again.
@@ -464,7 +464,7 @@ def _interrupt(signum, _frame):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m metalclaim.devenv.demo",
+        prog="python -m metalclaim_dev.devenv.demo",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build kube-apiserver, kube-controller-manager, kubectl and etcd from Go modules
 # with the machine's Go toolchain, cached by version outside the repository.
-# --node: also kubelet and kube-scheduler (the devenv's node, metalclaim.devenv.node), the same way.
+# --node: also kubelet and kube-scheduler (the devenv's node, metalclaim_dev.devenv.node), the same way.
 #
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every k8s.io/*
 # staging module with a local path. We build it from a throwaway module that

@@ -268,7 +268,7 @@ def restart_apiserver(state: dict, grace: float = 5.0) -> int:
 def restart_controller_manager(state: dict, controllers: tuple[str, ...]) -> int:
     """Restart the devenv's kube-controller-manager running `controllers` (its other flags kept); returns the new pid.
 
-    The devenv's node (metalclaim.devenv.node) needs the controllers that run pods: deployments, replica sets,
+    The devenv's node (metalclaim_dev.devenv.node) needs the controllers that run pods: deployments, replica sets,
     node lifecycle (the not-ready taint lifted, pods of a lost node evicted)."""
     pid = state["pids"]["kube-controller-manager"]
     try:

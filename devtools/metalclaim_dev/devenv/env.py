@@ -86,7 +86,7 @@ class Devenv:
     def up(cls, directory: Path, hosts: int, register: bool = True, bare: bool = False, vm_count: int = 0) -> Devenv:
         """Start (or reuse) an environment; `bare` stops after the control plane (no CRDs, RBAC, fleet).
 
-        `vm_count` > 0: the fleet is that many real VMs (metalclaim.devenv.vms) instead of `hosts` fake systems."""
+        `vm_count` > 0: the fleet is that many real VMs (metalclaim_dev.devenv.vms) instead of `hosts` fake systems."""
         directory = directory.resolve()
         existing = cls.load(directory)
         if existing is not None:

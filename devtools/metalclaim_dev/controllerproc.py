@@ -12,8 +12,8 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.claimlayer import TENANT_A, Rack
-from tests.support import REPO_ROOT, eventually
+from metalclaim_dev.claimlayer import TENANT_A, Rack
+from metalclaim_dev.support import REPO_ROOT, eventually
 
 
 def _port() -> int:

@@ -16,9 +16,9 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from metalclaim.devenv.env import Devenv, tenant_namespace_bindings
-from tests.claimlayer import METAL3, TENANT_A, Rack
-from tests.support import session_devenv
+from metalclaim_dev.claimlayer import METAL3, TENANT_A, Rack
+from metalclaim_dev.devenv.env import Devenv, tenant_namespace_bindings
+from metalclaim_dev.support import session_devenv
 
 HARDWARE_FLEET = 2
 

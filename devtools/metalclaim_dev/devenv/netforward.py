@@ -1,6 +1,6 @@
 """Forward TCP from this machine's 127.0.0.1:PORT to 127.0.0.1:PORT inside a network namespace.
 
-    python -m metalclaim.devenv.netforward --netns /proc/<pid>/ns/net --port P [--port Q ...]
+    python -m metalclaim_dev.devenv.netforward --netns /proc/<pid>/ns/net --port P [--port Q ...]
 
 The listening sockets are opened first, in the namespace this process starts in; then the process enters the
 target namespace (setns), so every connection it makes from then on is to that namespace's loopback. Loopback

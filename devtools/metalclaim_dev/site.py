@@ -11,8 +11,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 )
 from kubernetes.client.exceptions import ApiException
 
-from metalclaim.devenv.env import infra_namespace_bindings
-from tests.support import run_tasks
+from metalclaim_dev.devenv.env import infra_namespace_bindings
+from metalclaim_dev.support import run_tasks
 
 METAL3 = "metal3.io/v1alpha1"
 TENANT = "cluster-ns"

@@ -6,8 +6,8 @@ import uuid
 
 from kubernetes.client.exceptions import ApiException
 
-from metalclaim.devenv.env import infra_namespace_bindings
-from tests.support import run_tasks
+from metalclaim_dev.devenv.env import infra_namespace_bindings
+from metalclaim_dev.support import run_tasks
 
 TENANT_A = "cluster-ns"
 TENANT_B = "tenant-b"

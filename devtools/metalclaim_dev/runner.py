@@ -1,7 +1,8 @@
-"""Run the collection's playbooks and modules on localhost with ansible-runner.
+"""Run the collection's playbooks and modules on localhost with ansible-runner, as a user would.
 
-One place for how metalclaim invokes Ansible (tests, demo and, later, the controller):
-the project's collections path, this interpreter's ansible-playbook, a kubeconfig.
+How tests and benches invoke Ansible outside the controller (`support.run_playbook` and `run_tasks` build on it):
+the controller's collections path, this interpreter's ansible-playbook, one kubeconfig. The controller itself runs
+playbooks through its own `metalclaim.controller.runs.Runner` (a pool of ansible-runner children), not this.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import ansible_runner
 
-from .controller.collection import collections_path
+from metalclaim.controller.collection import collections_path
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from tests.controllerproc import ControllerProcess
+from metalclaim_dev.controllerproc import ControllerProcess
 
 # The claim side, as the tenant step binds its Secret rights in each tenant namespace (the devenv's user).
 CLAIM_SIDE = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}]
