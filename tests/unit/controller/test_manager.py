@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from metalclaim.controller import __main__ as cli
+from metalclaim.controller.dispatch import remote_slot_wanted, run_of
 from metalclaim.controller.manager import Controller, Settings
 
 HOSTS = [("host", "infra", "h1"), ("host", "infra", "h2")]
 
 
 def test_a_provision_batch_names_its_hosts_and_passes_only_the_options_set():
-    playbook, extravars = Controller(Settings(), api_client=None)._extravars("host", HOSTS)
+    playbook, extravars = run_of("host", HOSTS, Settings())
     assert playbook.endswith("provision.yml")
     # Unset options leave the role's defaults (one source for each default).
     assert extravars == {
@@ -20,7 +21,7 @@ def test_a_provision_batch_names_its_hosts_and_passes_only_the_options_set():
     settings = Settings(
         provision_max_concurrent=3, deploy_iso_url="http://127.0.0.1:1/deploy.iso", provision_callback_timeout=90
     )
-    extravars = Controller(settings, api_client=None)._extravars("host", HOSTS)[1]
+    extravars = run_of("host", HOSTS, settings)[1]
     assert extravars["hostclaim_provision_max_concurrent"] == 3
     assert extravars["hostclaim_provision_deploy_iso_url"] == "http://127.0.0.1:1/deploy.iso"
     assert extravars["hostclaim_provision_callback_timeout"] == 90
@@ -67,19 +68,19 @@ def test_only_the_kinds_served_are_queued(kinds, served):
     controller = Controller(Settings(kinds=kinds, watch_secrets=False), api_client=None)
     for claim in (REMOTE_CLAIM, BAREMETAL_CLAIM, OTHER_CLAIM):
         controller.stores["HostClaim"].apply("ADDED", claim)
-        controller._on_claim(None, claim)
+        controller.handlers.on_claim(None, claim)
     assert _queued(controller) == served
 
 
 def test_a_remote_batch_runs_the_remote_playbook_with_its_claims():
     keys = [("remote", "tenant-a", "r1"), ("remote", "tenant-b", "r2")]
-    playbook, extravars = Controller(Settings(kinds=("remote",)), api_client=None)._extravars("remote", keys)
+    playbook, extravars = run_of("remote", keys, Settings(kinds=("remote",)))
     assert playbook.endswith("remote.yml")
     assert extravars == {
         "hostclaim_remote_claims": [{"namespace": "tenant-a", "name": "r1"}, {"namespace": "tenant-b", "name": "r2"}]
     }
     settings = Settings(kinds=("remote",), remote_allowed_namespaces=("hw-.*", "shared"))
-    extravars = Controller(settings, api_client=None)._extravars("remote", keys)[1]
+    extravars = run_of("remote", keys, settings)[1]
     assert extravars["hostclaim_remote_allowed_namespaces"] == ["hw-.*", "shared"]
 
 
@@ -109,8 +110,6 @@ def test_a_bad_allowed_namespace_pattern_is_a_flag_error(capsys):
     ],
 )
 def test_remote_claims_get_a_slot_of_their_own_only_beside_other_work(sides, kinds, wanted):
-    from metalclaim.controller.manager import remote_slot_wanted
-
     assert remote_slot_wanted(Settings(kinds=kinds, controllers=sides)) is wanted
 
 
@@ -121,7 +120,8 @@ def test_a_baremetal_batch_never_waits_behind_a_remote_one():
     import time
 
     controller = Controller(Settings(kinds=("baremetal", "remote"), runner_slots=1), api_client=None)
-    controller._remote_slot = 1
+    dispatcher_ = controller.dispatcher
+    dispatcher_.remote_slot = 1
     ran, held = [], threading.Event()
 
     def run_batch(keys, slot):
@@ -129,8 +129,8 @@ def test_a_baremetal_batch_never_waits_behind_a_remote_one():
         if keys[0][0] == "remote":
             held.wait(10)
 
-    controller._run_batch = run_batch
-    dispatchers = [threading.Thread(target=controller._dispatch, args=(slot,), daemon=True) for slot in (0, 1)]
+    dispatcher_.run_batch = run_batch
+    dispatchers = [threading.Thread(target=dispatcher_.loop, args=(slot,), daemon=True) for slot in (0, 1)]
     for dispatcher in dispatchers:
         dispatcher.start()
     try:

@@ -74,12 +74,12 @@ def controller(monkeypatch):
 
 def add(controller: Controller, obj: dict) -> None:
     old, new = controller.stores["HostClaim"].apply("ADDED", obj)
-    controller._on_claim(old, new)
+    controller.handlers.on_claim(old, new)
 
 
 def delete(controller: Controller, obj: dict) -> None:
     old, _new = controller.stores["HostClaim"].apply("DELETED", obj)
-    controller._on_claim(old, None)
+    controller.handlers.on_claim(old, None)
 
 
 def metric(controller: Controller, name: str) -> float:
@@ -89,23 +89,23 @@ def metric(controller: Controller, name: str) -> float:
 def test_the_watch_of_a_namespace_stops_with_its_last_claim_and_starts_again_with_the_next(controller):
     c1, c2 = claim("tenant-a", "c1"), claim("tenant-a", "c2")
     add(controller, c1)
-    first = controller.secret_reflectors["tenant-a"]
+    first = controller.handlers.secret_reflectors["tenant-a"]
     assert first.started and metric(controller, "metalclaim_secret_watches") == 1
     add(controller, c2)
-    assert controller.secret_reflectors["tenant-a"] is first  # one watch per namespace
+    assert controller.handlers.secret_reflectors["tenant-a"] is first  # one watch per namespace
     first.store.apply("ADDED", {"metadata": {"namespace": "tenant-a", "name": "ud", "resourceVersion": "5"}})
     assert metric(controller, "metalclaim_secrets_cached") == 1
 
     delete(controller, c1)
-    assert controller.secret_reflectors == {"tenant-a": first} and not first.stop.is_set()
+    assert controller.handlers.secret_reflectors == {"tenant-a": first} and not first.stop.is_set()
     delete(controller, c2)  # the last one: the watch ends, its Secrets with it
-    assert controller.secret_reflectors == {} and first.stop.is_set()
+    assert controller.handlers.secret_reflectors == {} and first.stop.is_set()
     assert metric(controller, "metalclaim_secret_watches") == 0
     assert metric(controller, "metalclaim_secrets_cached") == 0
     assert not controller.stop.is_set()  # the controller goes on
 
     add(controller, c1)
-    again = controller.secret_reflectors["tenant-a"]
+    again = controller.handlers.secret_reflectors["tenant-a"]
     assert again is not first and again.started and not again.stop.is_set()
     assert len(again.store) == 0  # a fresh Store: the namespace is listed again
 
@@ -113,7 +113,7 @@ def test_the_watch_of_a_namespace_stops_with_its_last_claim_and_starts_again_wit
 def test_each_namespace_has_its_own_store_so_a_relist_keeps_the_others_secrets(controller):
     add(controller, claim("tenant-a", "c1"))
     add(controller, claim("tenant-b", "c1"))
-    a, b = controller.secret_reflectors["tenant-a"], controller.secret_reflectors["tenant-b"]
+    a, b = controller.handlers.secret_reflectors["tenant-a"], controller.handlers.secret_reflectors["tenant-b"]
     assert isinstance(a.store, Store) and a.store is not b.store
     a.store.apply("ADDED", {"metadata": {"namespace": "tenant-a", "name": "ud", "resourceVersion": "5"}})
     # tenant-b's watch (re)lists: its store is replaced by what tenant-b holds, tenant-a's Secret is not deleted.
@@ -129,34 +129,34 @@ def test_claims_of_kinds_or_namespaces_not_served_start_no_watch(monkeypatch):
     add(controller, claim("tenant-a", "v1", kind="vm"))  # no playbook serves it
     add(controller, claim("tenant-a", "r1", kind="remote"))  # --kinds baremetal (the default)
     add(controller, claim("tenant-a", "c1"))  # a namespace the selector does not (yet) select
-    assert controller.secret_reflectors == {}
+    assert controller.handlers.secret_reflectors == {}
 
     selected = {"metadata": {"name": "tenant-a", "resourceVersion": "1", "labels": {"metalclaim.io/tenant": "yes"}}}
-    controller._on_namespace(*namespaces.apply("ADDED", selected))
-    watch = controller.secret_reflectors["tenant-a"]
+    controller.handlers.on_namespace(*namespaces.apply("ADDED", selected))
+    watch = controller.handlers.secret_reflectors["tenant-a"]
     old, _ = namespaces.apply("DELETED", selected)  # its label removed: out of the selector's watch
-    controller._on_namespace(old, None)
-    assert controller.secret_reflectors == {} and watch.stop.is_set()
+    controller.handlers.on_namespace(old, None)
+    assert controller.handlers.secret_reflectors == {} and watch.stop.is_set()
 
     # A side that serves no claims, or told not to watch Secrets (--watch-secrets=false): none either.
     for settings in (Settings(watch_secrets=False), Settings(controllers=("tenants",))):
         other = Controller(settings, api_client=None)
         add(other, claim("tenant-a", "c1"))
-        assert other.secret_reflectors == {}
+        assert other.handlers.secret_reflectors == {}
 
 
 def test_a_resync_stops_watches_whose_claims_went_unseen_and_shutdown_stops_every_watch(controller):
     add(controller, claim("tenant-a", "c1"))
     add(controller, claim("tenant-b", "c1"))
-    a = controller.secret_reflectors["tenant-a"]
+    a = controller.handlers.secret_reflectors["tenant-a"]
     controller.stores["HostClaim"].apply("DELETED", claim("tenant-a", "c1"))  # no event reached the controller
-    controller._sync_secret_watches()
-    assert set(controller.secret_reflectors) == {"tenant-b"} and a.stop.is_set()
-    b = controller.secret_reflectors["tenant-b"]
+    controller.handlers.sync_secret_watches()
+    assert set(controller.handlers.secret_reflectors) == {"tenant-b"} and a.stop.is_set()
+    b = controller.handlers.secret_reflectors["tenant-b"]
     controller.shutdown()
     assert b.stop.is_set()
     add(controller, claim("tenant-c", "c1"))  # after the stop: no new watch
-    assert "tenant-c" not in controller.secret_reflectors
+    assert "tenant-c" not in controller.handlers.secret_reflectors
 
 
 def test_watches_started_and_stopped_from_several_threads_end_as_the_claims_say(controller):
@@ -166,7 +166,7 @@ def test_watches_started_and_stopped_from_several_threads_end_as_the_claims_say(
     def churn(offset: int):
         for obj in claims[offset::2]:
             add(controller, obj)
-            controller._sync_secret_watches()
+            controller.handlers.sync_secret_watches()
         for obj in claims[offset::2]:
             delete(controller, obj)
 
@@ -175,5 +175,5 @@ def test_watches_started_and_stopped_from_several_threads_end_as_the_claims_say(
         thread.start()
     for thread in threads:
         thread.join()
-    assert controller.secret_reflectors == {}
+    assert controller.handlers.secret_reflectors == {}
     assert metric(controller, "metalclaim_secret_watches") == 0
