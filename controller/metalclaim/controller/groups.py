@@ -74,6 +74,7 @@ def _provision_options(settings) -> dict:
         hostclaim_provision_max_concurrent=settings.provision_max_concurrent,
         hostclaim_provision_callback_timeout=settings.provision_callback_timeout,
         hostclaim_provision_power_poll_interval=settings.provision_power_poll_interval,
+        hostclaim_provision_cleaning_erase=settings.provision_cleaning_erase,
     )
 
 

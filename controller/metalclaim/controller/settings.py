@@ -25,6 +25,7 @@ from .scope import DEFAULT_SIDES, Scope, parse_shard, parse_sides, parse_subject
 
 MODES = ("batch", "per-event")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+CLEANING_ERASES = ("metadata", "full")
 TRUE = ("1", "t", "true", "y", "yes", "on")
 FALSE = ("0", "f", "false", "n", "no", "off")
 # A Go duration (time.ParseDuration, as kube-controller-manager's flags take them): 15s, 1h30m, 1.5h, 250ms.
@@ -241,6 +242,14 @@ class Settings:
         "host and its claim within this; 0: the provision role's default (hostclaim_provision_power_poll_interval)",
         duration,
         check=_at_least_zero("seconds, 0 or more"),
+    )
+    provision_cleaning_erase: str = option(
+        "--provision-cleaning-erase",
+        "",
+        "how deep automated cleaning goes: metadata (partition tables and signatures) or full (every byte of every "
+        "disk zeroed); unset: the provision role's default (hostclaim_provision_cleaning_erase)",
+        choices=CLEANING_ERASES,
+        check=lambda erase: None if erase in ("", *CLEANING_ERASES) else "metadata or full",
     )
     watch_secrets: bool = option(
         "--watch-secrets",

@@ -27,6 +27,26 @@ def test_a_provision_batch_names_its_hosts_and_passes_only_the_options_set():
     assert extravars["hostclaim_provision_callback_timeout"] == 90
 
 
+def test_the_cleaning_erase_flag_reaches_the_provision_role_only_when_set():
+    assert "hostclaim_provision_cleaning_erase" not in run_of("host", HOSTS, Settings())[1]
+    extravars = run_of("host", HOSTS, Settings(provision_cleaning_erase="full"))[1]
+    assert extravars["hostclaim_provision_cleaning_erase"] == "full"
+    args = cli.parser().parse_args(["--provision-cleaning-erase", "metadata"])
+    assert args.provision_cleaning_erase == "metadata"
+
+
+def test_an_unknown_cleaning_erase_is_a_flag_error(capsys, monkeypatch):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--provision-cleaning-erase", "quick"])
+    assert exit_.value.code == 2
+    assert "--provision-cleaning-erase: invalid choice: 'quick'" in capsys.readouterr().err
+    monkeypatch.setenv("METALCLAIM_PROVISION_CLEANING_ERASE", "quick")  # a variable is checked as well
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([])
+    assert exit_.value.code == 2
+    assert "--provision-cleaning-erase quick: metadata or full" in capsys.readouterr().err
+
+
 def test_a_negative_callback_timeout_is_a_flag_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--provision-callback-timeout", "-5"])
