@@ -17,7 +17,8 @@ CLAIMS_ARG_SPEC = {
 }
 
 
-# Set by the controller; what the action plugin of hostclaim_reconcile reads (the module ignores them).
+# Set by the controller; read by hostclaim_reconcile's action plugin (its base: plugins/plugin_utils/standby.py).
+# The module declares them so that its arguments validate, and ignores them.
 STANDBY_ARG_SPEC = {
     "in_process": {"type": "bool", "default": False},
     "standby": {
