@@ -21,10 +21,7 @@ from pathlib import Path
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import REPO, api, setup, teardown
-
+from metalclaim_dev.bench import REPO, api, setup, teardown
 from metalclaim_dev.devenv.env import Devenv
 from metalclaim_dev.runner import run
 

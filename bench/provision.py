@@ -28,10 +28,7 @@ from pathlib import Path
 from kubernetes import config as kube_config
 from kubernetes.dynamic import DynamicClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import Site
-
+from metalclaim_dev.bench import Site, site_of
 from metalclaim_dev.devenv.env import Devenv
 from metalclaim_dev.netfixtures import FaultProxy, FileServer
 from metalclaim_dev.runner import run
@@ -113,7 +110,7 @@ def main() -> int:
                     f"{'per host':>9} {'module says':>12}"
                 )
                 for size in sizes:
-                    site = Site(admin, fleet, size, proxy)
+                    site = site_of(env, admin, size, proxy)
                     try:
                         figures = {}
                         for name, spec, expected in phases:

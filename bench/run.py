@@ -47,12 +47,9 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common
-from common import REPO, ClaimWatch, Controller, Rack, Site, TimingProxy, distribution
-
 from metalclaim.controller.cgroup import cpu_limit
+from metalclaim_dev import bench as common
+from metalclaim_dev.bench import REPO, ClaimWatch, Controller, Rack, TimingProxy, distribution, rack_of, site_of
 from metalclaim_dev.devenv.env import Devenv, tenant_namespace_bindings
 from metalclaim_dev.netfixtures import FileServer
 from metalclaim_dev.tenancy import tenancy_rights
@@ -230,7 +227,7 @@ class Bench:
 
     def _idle_series(self, name: str, stack: contextlib.ExitStack, *, standby: bool) -> dict:
         n = self.args.idle_claims
-        rack = Rack(self.admin, n, 1, prefix="bench-idle")
+        rack = rack_of(self.admin, n, 1, prefix="bench-idle")
         stack.callback(rack.teardown)
         controller = self.controller("claims", [rack.namespace], f"idle-{name}", mode="batch", standby=standby)
         stack.callback(controller.stop)
@@ -332,7 +329,9 @@ class Bench:
         self._floor_needed()
         n, spare = self.args.storm_claims, self.args.resync_probes
         self.progress.note(f"storm: {n + spare} available hosts ({spare} spare for the resync probes)")
-        rack = Rack(self.admin, n + spare, self.args.storm_namespaces, prefix="bench-storm", threads=self.args.threads)
+        rack = rack_of(
+            self.admin, n + spare, self.args.storm_namespaces, prefix="bench-storm", threads=self.args.threads
+        )
         if "resync" in self.args.scenarios:
             self.later.callback(rack.teardown)
         else:
@@ -357,7 +356,7 @@ class Bench:
         self._floor_needed()
         n, full = self.args.baseline_claims, self.args.storm_claims
         factor = full / n
-        rack = Rack(self.admin, n, self.args.storm_namespaces, prefix="bench-base", threads=self.args.threads)
+        rack = rack_of(self.admin, n, self.args.storm_namespaces, prefix="bench-base", threads=self.args.threads)
         stack.callback(rack.teardown)
         controller = self.controller("claims", [rack.namespace], "baseline", mode="per-event")
         stack.callback(controller.stop)
@@ -424,7 +423,7 @@ class Bench:
         if rack is None:
             n = self.args.storm_claims
             self.progress.note(f"resync: no storm to reuse; {n} claims bound first")
-            rack = Rack(self.admin, n + self.args.resync_probes, 1, prefix="bench-resync", threads=self.args.threads)
+            rack = rack_of(self.admin, n + self.args.resync_probes, 1, prefix="bench-resync", threads=self.args.threads)
             stack.callback(rack.teardown)
             keys = [(rack.tenants[0], f"s{index:04d}") for index in range(n)]
             self.create_claims([rack.claim_body(*key) for key in keys])
@@ -483,10 +482,10 @@ class Bench:
         stack.callback(files.close)
         iso = files.add("live.iso", b"metalclaim bench live image\n" * 64)
         tag = os.urandom(3).hex()
-        site = Site(self.admin, fleet, samples + wave, proxy, labels={"bench": tag})
+        site = site_of(self.env, self.admin, samples + wave, proxy, labels={"bench": tag})
         stack.callback(site.teardown)
         tenant = f"bench-prov-t-{tag}"
-        common.namespace(self.admin, tenant)
+        common.create_namespace(self.admin, tenant)
         stack.callback(common.delete_namespaces, self.admin, [tenant])
         for binding in tenant_namespace_bindings(tenant):
             common.api(self.admin, "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
@@ -558,7 +557,7 @@ class Bench:
         host_of = {}
         for item in common.api(self.admin, "HostClaim").get(namespace=tenant).to_dict()["items"]:
             recorded = (item.get("status") or {}).get("hardwareData") or {}
-            host_of[(tenant, item["metadata"]["name"])] = site.systems.get(recorded.get("name"))
+            host_of[(tenant, item["metadata"]["name"])] = site.uuids.get(recorded.get("name"))
         delays = proxy.power_delays()
         accounted = [done[k] - sent[k] - delays.get(host_of.get(k), 0.0) for k in done]
         per_system = proxy.requests_per_system()
@@ -648,7 +647,7 @@ class Bench:
         self._floor_needed()
         hosts, seconds, rate = self.args.churn_hosts, self.args.churn_seconds, self.args.churn_rate
         window = max(1, hosts // 2)
-        rack = Rack(self.admin, hosts, 1, prefix="bench-churn", threads=self.args.threads)
+        rack = rack_of(self.admin, hosts, 1, prefix="bench-churn", threads=self.args.threads)
         stack.callback(rack.teardown)
         controller = self.controller("claims", [rack.namespace], "churn", mode="batch")
         stack.callback(controller.stop)
@@ -794,7 +793,7 @@ class Bench:
     def scenario_tenants(self, out: dict, stack: contextlib.ExitStack) -> None:
         tag = datetime.datetime.now().strftime("%H%M%S")
         pool = f"bench-tenants-pool-{tag}"
-        common.namespace(self.admin, pool)
+        common.create_namespace(self.admin, pool)
         stack.callback(common.delete_namespaces, self.admin, [pool])
         stack.enter_context(tenancy_rights({"admin": self.admin}))  # the controller identity as a tenants side
         tenants_api = common.api(self.admin, "Tenant", common.TENANCY)

@@ -1,13 +1,14 @@
-"""Test fixtures for the claim layer: a rack of hosts driven as a provisioner would, claims, steps."""
+"""Racks of hosts driven as a provisioner would, claims, steps: the claim layer's tests and benches."""
 
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes.client.exceptions import ApiException
 
-from metalclaim_dev.devenv.env import infra_namespace_bindings
-from metalclaim_dev.support import run_tasks
+from metalclaim_dev.devenv.env import infra_namespace_bindings, tenant_namespace_bindings
+from metalclaim_dev.support import create_namespace, delete_namespaces, run_tasks
 
 TENANT_A = "cluster-ns"
 TENANT_B = "tenant-b"
@@ -15,17 +16,25 @@ METAL3 = "metal3.io/v1alpha1"
 
 
 class Rack:
-    """A fresh infrastructure namespace with hosts in state `available` and (optionally) a policy."""
+    """A fresh infrastructure namespace (<prefix>rack-<tag>) for hosts in state `available` without BMCs, the
+    controller's sides' Secret rights in it, and (optionally) a policy. `tenants` > 0 also makes that many tenant
+    namespaces of its own (<prefix>t<i>-<tag>, self.tenants, with the claim side's Secret rights); a test uses the
+    devenv's tenant namespaces instead. `clients`: identity -> DynamicClient ("admin" is enough to build it)."""
 
-    def __init__(self, clients):
+    def __init__(self, clients, tenants: int = 0, prefix: str = ""):
         self.clients = clients
-        self.namespace = f"rack-{uuid.uuid4().hex[:6]}"
+        tag = uuid.uuid4().hex[:6]
+        self.namespace = f"{prefix}rack-{tag}"
         self.kind = f"k-{uuid.uuid4().hex[:6]}"  # the label value this test's claims select
         self.claims: list[tuple[str, str]] = []
-        self.api("admin", "Namespace", "v1").create(
-            body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
-        )
-        for binding in infra_namespace_bindings(self.namespace):  # the controller's sides' Secret rights here
+        self.tenants = [f"{prefix}t{index}-{tag}" for index in range(tenants)]
+        self.hosts = 0  # hosts made by add_hosts
+        self.torn_down = False
+        bindings = [*infra_namespace_bindings(self.namespace)]  # the controller's sides' Secret rights here
+        bindings += [binding for tenant in self.tenants for binding in tenant_namespace_bindings(tenant)]
+        for name in (self.namespace, *self.tenants):
+            create_namespace(clients["admin"], name)
+        for binding in bindings:
             self.api("admin", "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
 
     def api(self, identity: str, kind: str, api_version: str = METAL3):
@@ -47,56 +56,57 @@ class Rack:
     def host(
         self, name: str, state: str = "available", labels: dict | None = None, annotations: dict | None = None
     ) -> dict:
-        hosts = self.api("admin", "BareMetalHost")
-        hosts.create(
-            body={
-                "apiVersion": METAL3,
-                "kind": "BareMetalHost",
-                "metadata": {
-                    "name": name,
-                    "namespace": self.namespace,
-                    "labels": {"infra-kind": self.kind, **(labels or {})},
-                    "annotations": annotations or {},
-                },
-                "spec": {
-                    "online": False,
-                    "bmc": {
-                        "address": "redfish+http://127.0.0.1:9/redfish/v1/Systems/x",
-                        "credentialsName": f"{name}-bmc-secret",
-                    },
-                },
-            }
+        self.api("admin", "BareMetalHost").create(body=self._host_body(name, labels, annotations))
+        return self._set_status(name, {"provisioning": {"state": state}, "operationalStatus": "OK", "poweredOn": False})
+
+    def add_hosts(self, count: int, threads: int = 8) -> None:
+        """`count` more available hosts h0000, h0001... created `threads` at a time (a bench's rack)."""
+
+        def one(index: int) -> None:
+            name = f"h{index:04d}"
+            self.api("admin", "BareMetalHost").create(body=self._host_body(name))
+            self._set_status(name, {"provisioning": {"state": "available"}})
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(one, range(self.hosts, self.hosts + count)))
+        self.hosts += count
+
+    def _host_body(self, name: str, labels: dict | None = None, annotations: dict | None = None) -> dict:
+        bmc = {"address": "redfish+http://127.0.0.1:9/redfish/v1/Systems/x", "credentialsName": f"{name}-bmc-secret"}
+        return host_body(self.namespace, name, {"infra-kind": self.kind, **(labels or {})}, {"bmc": bmc}, annotations)
+
+    def _set_status(self, name: str, status: dict) -> dict:
+        return (
+            self.api("admin", "BareMetalHost")
+            .status.patch(
+                body={"status": status},
+                name=name,
+                namespace=self.namespace,
+                content_type="application/merge-patch+json",
+            )
+            .to_dict()
         )
-        return hosts.status.patch(
-            body={"status": {"provisioning": {"state": state}, "operationalStatus": "OK", "poweredOn": False}},
-            name=name,
-            namespace=self.namespace,
-            content_type="application/merge-patch+json",
-        ).to_dict()
 
     def set_state(self, name: str, state: str) -> None:
         """Move a host to a provisioning state, as its provisioner would."""
-        self.api("admin", "BareMetalHost").status.patch(
-            body={"status": {"provisioning": {"state": state}}},
-            name=name,
-            namespace=self.namespace,
-            content_type="application/merge-patch+json",
-        )
+        self._set_status(name, {"provisioning": {"state": state}})
 
     def claim(
         self, name: str, namespace: str = TENANT_A, identity: str = "tenant-a", labels: dict | None = None, **spec
     ) -> None:
+        self.api(identity, "HostClaim").create(body=self.claim_body(namespace, name, labels, **spec))
+        self.claims.append((namespace, name))
+
+    def claim_body(self, namespace: str, name: str, labels: dict | None = None, **spec) -> dict:
+        """A HostClaim selecting this rack's hosts, offline unless `spec` says otherwise."""
         spec.setdefault("hostSelector", {"matchLabels": {"infra-kind": self.kind}})
         spec.setdefault("online", False)
-        self.api(identity, "HostClaim").create(
-            body={
-                "apiVersion": METAL3,
-                "kind": "HostClaim",
-                "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
-                "spec": spec,
-            }
-        )
-        self.claims.append((namespace, name))
+        return {
+            "apiVersion": METAL3,
+            "kind": "HostClaim",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "spec": spec,
+        }
 
     def tenant_secret(self, name: str, **data) -> dict:
         """A tenant Secret named for this rack (tests share the tenant namespace); the claim's reference to it."""
@@ -135,6 +145,23 @@ class Rack:
                 if error.status != 404:
                     raise
         self.api("admin", "Namespace", "v1").delete(name=self.namespace)
+
+    def teardown(self, wait: float = 180) -> None:
+        """The rack's and its tenants' namespaces deleted, every claim's and host's finalizer dropped; waits up to
+        `wait` s for them to go. Once."""
+        if not self.torn_down:
+            self.torn_down = True
+            delete_namespaces(self.clients["admin"], [*self.tenants, self.namespace], wait=wait)
+
+
+def host_body(namespace: str, name: str, labels: dict, spec: dict, annotations: dict | None = None) -> dict:
+    """A BareMetalHost, offline unless `spec` says otherwise."""
+    return {
+        "apiVersion": METAL3,
+        "kind": "BareMetalHost",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations or {}},
+        "spec": {"online": False, **spec},
+    }
 
 
 def step(module: str, devenv, tmp_path, rack, check_mode: bool = False, diff: bool = False) -> dict:

@@ -1,11 +1,10 @@
-"""The controller as a test's separate process, and what tests read from it (claims' conditions, its runs)."""
+"""The controller as a separate process of a test or a bench, and what they read from it (metrics, its runs)."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,52 +12,64 @@ import urllib.error
 import urllib.request
 
 from metalclaim_dev.claimlayer import TENANT_A, Rack
-from metalclaim_dev.support import REPO_ROOT, eventually
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from metalclaim_dev.support import REPO_ROOT, eventually, free_port
 
 
 class ControllerProcess:
+    """`metalclaim-controller` with *args as its own process: metrics and health on free ports, its private data
+    in <directory>/runner, its log (JSON lines) in <directory>/controller.log."""
+
+    stop_timeout = 30  # seconds SIGTERM has before SIGKILL
+
     def __init__(
         self,
         devenv,
-        tmp_path,
+        directory,
         *args: str,
         kubeconfig_identity: str | None = "controller",
         command: tuple[str, ...] = (sys.executable, "-m", "metalclaim.controller"),
         env: dict[str, str] | None = None,
         cwd=None,
+        resync_period: str | None = "3600",
+        ready_timeout: float = 30,
     ):
         """command, env (the whole environment) and cwd run another install of the controller; by default
-        this checkout's, with its collections path."""
-        self.metrics_port, self.health_port = _port(), _port()
-        tmp_path.mkdir(parents=True, exist_ok=True)
-        self.log = open(tmp_path / "controller.log", "w+")  # noqa: SIM115 (closed in stop())
+        this checkout's, with its collections path. resync_period: METALCLAIM_RESYNC_PERIOD (None: the
+        controller's own default)."""
+        self.metrics_port, self.health_port = free_port(), free_port()
+        directory.mkdir(parents=True, exist_ok=True)
+        self.private = directory / "runner"
+        self.log_path = directory / "controller.log"
+        self.log = open(self.log_path, "w+")  # noqa: SIM115 (closed in stop())
         if env is None:
             env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO_ROOT / ".collections")}
-        env = {**env, "METALCLAIM_RESYNC_PERIOD": "3600"}
+        if resync_period is not None:
+            env = {**env, "METALCLAIM_RESYNC_PERIOD": resync_period}
+        self.argv = [
+            *command,
+            *(["--kubeconfig", devenv.kubeconfig(kubeconfig_identity)] if kubeconfig_identity else []),
+            "--private-data-dir",
+            str(self.private),
+            "--metrics-bind-address",
+            f"127.0.0.1:{self.metrics_port}",
+            "--health-probe-bind-address",
+            f"127.0.0.1:{self.health_port}",
+            *args,
+        ]
         self.process = subprocess.Popen(
-            [
-                *command,
-                *(["--kubeconfig", devenv.kubeconfig(kubeconfig_identity)] if kubeconfig_identity else []),
-                "--private-data-dir",
-                str(tmp_path / "runner"),
-                "--metrics-bind-address",
-                f"127.0.0.1:{self.metrics_port}",
-                "--health-probe-bind-address",
-                f"127.0.0.1:{self.health_port}",
-                *args,
-            ],
-            env=env,
-            cwd=cwd,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+            self.argv, stdin=subprocess.DEVNULL, env=env, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT
         )
-        eventually(lambda: self.get(self.health_port, "/readyz")[0] == 200, timeout=30, message="controller ready")
+        self.pid = self.process.pid
+        try:
+            eventually(
+                lambda: self.get(self.health_port, "/readyz")[0] == 200,
+                timeout=ready_timeout,
+                interval=0.1,
+                message=f"controller ready ({' '.join(args)})",
+            )
+        except AssertionError as error:
+            self.stop()
+            raise AssertionError(f"{error}:\n{self.output()}") from None
 
     def get(self, port: int, path: str) -> tuple[int, str]:
         try:
@@ -67,23 +78,33 @@ class ControllerProcess:
         except urllib.error.HTTPError as error:
             return error.code, ""
         except OSError:
-            assert self.process.poll() is None, self.output()
+            assert self.process.poll() is None, f"the controller exited ({self.process.returncode}):\n{self.output()}"
             return 0, ""
+
+    def samples(self) -> list[tuple[str, dict, float]]:
+        """Every Prometheus sample of /metrics: (name, labels, value)."""
+        _status, text = self.get(self.metrics_port, "/metrics")
+        found = []
+        for line in text.splitlines():
+            match = re.match(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})? (\S+)$", line)
+            if match:
+                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(2) or ""))
+                found.append((match.group(1), labels, float(match.group(3))))
+        return found
 
     def metric(self, name: str, **labels) -> float:
         """Sum of a metric's samples whose labels include `labels`."""
-        _status, text = self.get(self.metrics_port, "/metrics")
-        total = 0.0
-        for line in text.splitlines():
-            match = re.match(rf"^{name}(?:\{{(.*)\}})? (\S+)$", line)
-            if match and all(f'{k}="{v}"' in (match.group(1) or "") for k, v in labels.items()):
-                total += float(match.group(2))
-        return total
+        return sum(
+            value
+            for sample, found, value in self.samples()
+            if sample == name and all(found.get(k) == v for k, v in labels.items())
+        )
 
     def output(self, full: bool = False) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        text = self.log.read()
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, errors="replace") as log:
+            text = log.read()
         return text if full else text[-5000:]
 
     def stop(self) -> float:
@@ -91,7 +112,7 @@ class ControllerProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(30)
+                self.process.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)

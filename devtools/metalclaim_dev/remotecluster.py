@@ -12,13 +12,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
 from metalclaim_dev.claimlayer import METAL3, TENANT_A, Rack
 from metalclaim_dev.devenv.env import Devenv, tenant_namespace_bindings
-from metalclaim_dev.support import session_devenv
+from metalclaim_dev.support import clients_of, session_devenv
 
 HARDWARE_FLEET = 2
 
@@ -30,10 +28,7 @@ def hardware(tmp_path_factory) -> Devenv:
 
 @pytest.fixture(scope="session")
 def hardware_clients(hardware):
-    return {
-        identity: DynamicClient(kube_config.new_client_from_config(config_file=hardware.kubeconfig(identity)))
-        for identity in hardware.state["kubeconfigs"]
-    }
+    return clients_of(hardware)
 
 
 class HardwareTenant:

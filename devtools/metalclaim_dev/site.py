@@ -1,4 +1,5 @@
-"""An infrastructure namespace of BareMetalHosts on the session's emulated Redfish fleet (the provisioner's tests)."""
+"""An infrastructure namespace of BareMetalHosts on the session's emulated Redfish fleet (the provisioner's tests and
+benches)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 )
 from kubernetes.client.exceptions import ApiException
 
+from metalclaim_dev.claimlayer import host_body
 from metalclaim_dev.devenv.env import infra_namespace_bindings
-from metalclaim_dev.support import run_tasks
+from metalclaim_dev.support import create_namespace, delete_namespaces, run_tasks
 
 METAL3 = "metal3.io/v1alpha1"
 TENANT = "cluster-ns"
@@ -20,13 +22,15 @@ FAST = {"backoff_base": 1, "backoff_cap": 4, "power_off_timeout": 20, "redfish_t
 
 
 class Site:
-    """An infrastructure namespace of hosts on the emulated fleet, with a policy admitting every tenant."""
+    """An infrastructure namespace (<prefix>-<tag>) of hosts on the emulated fleet, opted in to the provisioner, the
+    controller's sides' Secret rights in it, and (unless `policy` is False) a policy admitting every tenant.
+    `clients`: identity -> DynamicClient; `tmp_path`: where run() puts its ansible-runner directories."""
 
-    def __init__(self, devenv, clients, tmp_path: Path):
+    def __init__(self, devenv, clients, tmp_path: Path, prefix: str = "site", policy: bool = True):
         self.devenv = devenv
         self.clients = clients
         self.tmp_path = tmp_path
-        self.namespace = f"site-{uuid.uuid4().hex[:6]}"
+        self.namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
         self.kind = f"k-{uuid.uuid4().hex[:6]}"
         fleet = devenv.state["redfish"]
         self.username = fleet["username"]
@@ -34,15 +38,11 @@ class Site:
         self.systems = fleet["systems"]
         self.claims: list[str] = []
         self.results: list[dict] = []  # every module result, to grep for leaks
-        self.api("Namespace", "v1").create(
-            body={
-                "apiVersion": "v1",
-                "kind": "Namespace",
-                # opted in to metalclaim's provisioner (an unmarked namespace's hosts are left alone)
-                "metadata": {"name": self.namespace, "labels": {"metalclaim.io/provisioner": "metalclaim"}},
-            }
-        )
+        # opted in to metalclaim's provisioner (an unmarked namespace's hosts are left alone)
+        create_namespace(clients["admin"], self.namespace, {"metalclaim.io/provisioner": "metalclaim"})
         devenv.apply("admin", infra_namespace_bindings(self.namespace))  # the controller's sides' Secret rights
+        if not policy:
+            return
         self.api("HostDeployPolicy").create(
             body={
                 "apiVersion": METAL3,
@@ -55,7 +55,15 @@ class Site:
     def api(self, kind: str, api_version: str = METAL3, identity: str = "admin"):
         return self.clients[identity].resources.get(api_version=api_version, kind=kind)
 
-    def host(self, name: str, system: int, address: str | None = None, password: str | None = None, **spec) -> None:
+    def host(
+        self,
+        name: str,
+        system: int,
+        address: str | None = None,
+        password: str | None = None,
+        labels: dict | None = None,
+        **spec,
+    ) -> None:
         secret = f"{name}-bmc-secret"
         self.api("Secret", "v1").create(
             body={
@@ -65,18 +73,10 @@ class Site:
                 "stringData": {"username": self.username, "password": password or self.password},
             }
         )
+        bmc = {"address": address or self.systems[system]["address"], "credentialsName": secret}
+        spec = {"bootMACAddress": self.systems[system]["boot_mac"], "bmc": bmc, **spec}
         self.api("BareMetalHost").create(
-            body={
-                "apiVersion": METAL3,
-                "kind": "BareMetalHost",
-                "metadata": {"name": name, "namespace": self.namespace, "labels": {"infra-kind": self.kind}},
-                "spec": {
-                    "online": False,
-                    "bootMACAddress": self.systems[system]["boot_mac"],
-                    "bmc": {"address": address or self.systems[system]["address"], "credentialsName": secret},
-                    **spec,
-                },
-            }
+            body=host_body(self.namespace, name, {"infra-kind": self.kind, **(labels or {})}, spec)
         )
 
     def set_password(self, host: str, password: str) -> None:
@@ -86,6 +86,25 @@ class Site:
             namespace=self.namespace,
             content_type="application/merge-patch+json",
         )
+
+    def patch_hosts(self, spec: dict) -> None:
+        """Every host of the site's spec patched (merge), as the infra team would."""
+        hosts = self.api("BareMetalHost")
+        for host in hosts.get(namespace=self.namespace).items:
+            hosts.patch(
+                body={"spec": spec},
+                name=host.metadata.name,
+                namespace=self.namespace,
+                content_type="application/merge-patch+json",
+            )
+
+    def states(self) -> dict:
+        """Provisioning state -> how many of the site's hosts are in it ("-": none yet)."""
+        counts: dict = {}
+        for host in self.api("BareMetalHost").get(namespace=self.namespace).items:
+            state = ((host.status or {}).get("provisioning") or {}).get("state") or "-"
+            counts[state] = counts.get(state, 0) + 1
+        return counts
 
     def read(self, name: str) -> dict:
         return self.api("BareMetalHost").get(name=name, namespace=self.namespace).to_dict()
@@ -194,6 +213,10 @@ class Site:
                 content_type="application/merge-patch+json",
             )
         self.api("Namespace", "v1").delete(name=self.namespace)
+
+    def teardown(self, wait: float = 180) -> None:
+        """The namespace deleted, its hosts' finalizers dropped; waits up to `wait` s for it to go (a bench's)."""
+        delete_namespaces(self.clients["admin"], [self.namespace], kinds=("BareMetalHost",), wait=wait)
 
 
 def settle(site: Site, host: str, state: str, rounds: int = 12, **options) -> dict:

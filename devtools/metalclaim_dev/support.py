@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import socket
 import time
 from pathlib import Path
 
@@ -69,6 +71,52 @@ def run_tasks(tmp_path: Path, tasks: list[dict], kubeconfig: str) -> list[dict]:
     return results
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a process of the test's or the bench's own to listen on)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def create_namespace(admin, name: str, labels: dict | None = None) -> None:
+    """A namespace, created as `admin` (a DynamicClient)."""
+    admin.resources.get(api_version="v1", kind="Namespace").create(
+        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
+    )
+
+
+def delete_namespaces(
+    admin, names: list[str], kinds: tuple = ("HostClaim", "BareMetalHost"), wait: float = 180
+) -> None:
+    """The finalizers of the namespaces' objects of `kinds` (metal3.io) dropped, then the namespaces deleted; waits
+    up to `wait` s for them to go (a claim side started next serves every claim namespace: it must not find the
+    last user's claims)."""
+    namespaces = admin.resources.get(api_version="v1", kind="Namespace")
+    for name in names:
+        for kind in kinds:
+            resource = admin.resources.get(api_version="metal3.io/v1alpha1", kind=kind)
+            try:
+                items = resource.get(namespace=name).items
+            except ApiException:
+                continue
+            for item in items:
+                if item.metadata.finalizers:
+                    with contextlib.suppress(ApiException):
+                        resource.patch(
+                            body={"metadata": {"finalizers": None}},
+                            name=item.metadata.name,
+                            namespace=name,
+                            content_type="application/merge-patch+json",
+                        )
+        with contextlib.suppress(ApiException):
+            namespaces.delete(name=name)
+    deadline = time.monotonic() + wait
+    while wait and time.monotonic() < deadline:
+        if not [n for n in names if status_of(lambda n=n: namespaces.get(name=n)) == 200]:
+            return
+        time.sleep(0.5)
+
+
 def status_of(call) -> int:
     """The HTTP status an API call ends with: 200, or the ApiException's status."""
     try:
@@ -76,6 +124,17 @@ def status_of(call) -> int:
     except ApiException as error:
         return error.status
     return 200
+
+
+def clients_of(devenv) -> dict:
+    """identity -> DynamicClient authenticated as that identity, for each kubeconfig of the devenv."""
+    from kubernetes import config as kube_config
+    from kubernetes.dynamic import DynamicClient
+
+    return {
+        identity: DynamicClient(kube_config.new_client_from_config(config_file=devenv.kubeconfig(identity)))
+        for identity in devenv.state["kubeconfigs"]
+    }
 
 
 def session_devenv(variable: str, directory: Path, hosts: int):

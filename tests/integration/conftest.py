@@ -11,13 +11,10 @@ import os
 import signal
 
 import pytest
-from kubernetes import config as kube_config
-from kubernetes.dynamic import DynamicClient
 
-from metalclaim_dev.claimlayer import Rack
 from metalclaim_dev.devenv.env import Devenv
+from metalclaim_dev.fixtures import clients, rack, site  # noqa: F401 (fixtures)
 from metalclaim_dev.netfixtures import FileServer, MediaServer
-from metalclaim_dev.site import Site
 from metalclaim_dev.support import session_devenv
 
 # Eight emulated systems: the provisioner must take a fleet of 8 from registering to available.
@@ -36,31 +33,6 @@ def devenv(tmp_path_factory) -> Devenv:
         yield from session_devenv("METALCLAIM_DEVENV", tmp_path_factory.mktemp("devenv") / "env", FLEET_SIZE)
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-@pytest.fixture(scope="session")
-def clients(devenv):
-    """identity -> DynamicClient authenticated as that identity."""
-    return {
-        identity: DynamicClient(kube_config.new_client_from_config(config_file=devenv.kubeconfig(identity)))
-        for identity in devenv.state["kubeconfigs"]
-    }
-
-
-@pytest.fixture
-def rack(clients) -> Rack:
-    """A fresh infrastructure namespace for one claim-layer test, removed afterwards."""
-    rack = Rack(clients)
-    yield rack
-    rack.cleanup()
-
-
-@pytest.fixture
-def site(devenv, clients, tmp_path):
-    site = Site(devenv, clients, tmp_path)
-    yield site
-    site.cleanup()
-    site.reset_fleet()
 
 
 @pytest.fixture

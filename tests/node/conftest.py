@@ -11,11 +11,9 @@ import shutil
 import subprocess
 
 import pytest
-from kubernetes import config as kube_config
-from kubernetes.dynamic import DynamicClient
 
-from metalclaim_dev.claimlayer import Rack
 from metalclaim_dev.devenv.env import Devenv
+from metalclaim_dev.fixtures import clients, rack  # noqa: F401 (fixtures)
 from metalclaim_dev.support import session_devenv
 
 FLEET_SIZE = 3
@@ -36,18 +34,3 @@ def image() -> str:
 @pytest.fixture(scope="session")
 def devenv(tmp_path_factory) -> Devenv:
     yield from session_devenv("METALCLAIM_DEVENV", tmp_path_factory.mktemp("devenv") / "env", FLEET_SIZE)
-
-
-@pytest.fixture(scope="session")
-def clients(devenv):
-    return {
-        identity: DynamicClient(kube_config.new_client_from_config(config_file=devenv.kubeconfig(identity)))
-        for identity in devenv.state["kubeconfigs"]
-    }
-
-
-@pytest.fixture
-def rack(clients) -> Rack:
-    rack = Rack(clients)
-    yield rack
-    rack.cleanup()

@@ -1,7 +1,8 @@
-"""What the benches share: racks of hosts, the controller as a process, a claim watcher, the floor F, /proc readings.
+"""What the benches measure with: a rack or site sized for them, the controller as a process with its metrics and
+log, a claim watcher, the floor F, /proc readings.
 
-Imported by bench/run.py (make bench), bench/bind.py and bench/provision.py; adds the checkout's
-controller package and tests/ (netfixtures: the counting Redfish proxy) to sys.path.
+Imported by bench/run.py (make bench), bench/bind.py and bench/provision.py. Racks, sites and the controller's
+process are the tests' own (metalclaim_dev.claimlayer, .site, .controllerproc), built here at a bench's sizes.
 """
 
 from __future__ import annotations
@@ -10,18 +11,11 @@ import contextlib
 import json
 import os
 import re
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-import uuid
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kubernetes import client as kube_client
@@ -30,24 +24,23 @@ from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-REPO = Path(__file__).resolve().parents[1]
-for _path in (REPO, REPO / "controller", REPO / ".collections"):
-    if str(_path) not in sys.path:
-        sys.path.insert(0, str(_path))
+from metalclaim_dev import REPO_ROOT as REPO
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (  # noqa: E402
-    OURS,
-    PROVISIONER_ANNOTATION,
-)
+COLLECTIONS = REPO / ".collections"
+# The collection's module_utils (metalclaim_dev.site reads BMC addresses with them), as pytest's pythonpath has it.
+if str(COLLECTIONS) not in sys.path:
+    sys.path.insert(0, str(COLLECTIONS))
 
-from metalclaim_dev.devenv.env import infra_namespace_bindings, tenant_namespace_bindings  # noqa: E402
+from metalclaim_dev.claimlayer import Rack  # noqa: E402
+from metalclaim_dev.controllerproc import ControllerProcess  # noqa: E402
 from metalclaim_dev.netfixtures import FaultProxy  # noqa: E402
+from metalclaim_dev.site import Site  # noqa: E402
+from metalclaim_dev.support import create_namespace, delete_namespaces  # noqa: E402, F401 (bench/run.py's)
 
 METAL3 = "metal3.io/v1alpha1"
 TENANCY = "tenancy.metalclaim.io/v1alpha1"
 TENANT_LABEL = "tenancy.metalclaim.io/tenant"
 GROUP, VERSION = "metal3.io", "v1alpha1"
-COLLECTIONS = REPO / ".collections"
 
 
 # -- clients ------------------------------------------------------------------------------------
@@ -66,12 +59,6 @@ def api_client(kubeconfig: str, pool: int = 4) -> kube_client.ApiClient:
 
 def dynamic(kubeconfig: str, pool: int = 4) -> DynamicClient:
     return DynamicClient(api_client(kubeconfig, pool))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- figures ------------------------------------------------------------------------------------
@@ -97,43 +84,6 @@ def distribution(values: list[float]) -> dict:
 
 
 # -- the emulated fleet: one bench rack of hosts without BMCs (bind.py, the claim side alone) -----------
-
-
-def namespace(admin, name: str, labels: dict | None = None) -> None:
-    api(admin, "Namespace", "v1").create(
-        body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
-    )
-
-
-def delete_namespaces(
-    admin, names: list[str], kinds: tuple = ("HostClaim", "BareMetalHost"), wait: float = 180
-) -> None:
-    """Finalizers of the bench's claims and hosts dropped, then the namespaces deleted; waits up to `wait` s for them
-    to go (a claim side started next serves every claim namespace: it must not find the last scenario's claims)."""
-    for name in names:
-        for kind in kinds:
-            resource = api(admin, kind)
-            try:
-                items = resource.get(namespace=name).items
-            except ApiException:
-                continue
-            for item in items:
-                if item.metadata.finalizers:
-                    with contextlib.suppress(ApiException):
-                        resource.patch(
-                            body={"metadata": {"finalizers": None}},
-                            name=item.metadata.name,
-                            namespace=name,
-                            content_type="application/merge-patch+json",
-                        )
-        with contextlib.suppress(ApiException):
-            api(admin, "Namespace", "v1").delete(name=name)
-    deadline = time.monotonic() + wait
-    while wait and time.monotonic() < deadline:
-        left = [n for n in names if _exists(admin, n)]
-        if not left:
-            return
-        time.sleep(0.5)
 
 
 def delete_tenants(admin, names: list[str], wait: float = 0.0) -> None:
@@ -162,90 +112,23 @@ def delete_tenants(admin, names: list[str], wait: float = 0.0) -> None:
     raise TimeoutError(f"{len(left)} Tenants still there after {wait:.0f}s")
 
 
-def _exists(admin, name: str) -> bool:
-    try:
-        api(admin, "Namespace", "v1").get(name=name)
-        return True
-    except ApiException:
-        return False
-
-
-class Rack:
-    """An infrastructure namespace of `hosts` available hosts (no BMC: the claim side alone binds them), a
-    HostDeployPolicy admitting `tenants` tenant namespaces, each with the claim side's Secret rights."""
-
-    def __init__(self, admin, hosts: int, tenants: int = 1, prefix: str = "bench", threads: int = 8):
-        self.admin = admin
-        self.tag = uuid.uuid4().hex[:6]
-        self.namespace = f"{prefix}-rack-{self.tag}"
-        self.tenants = [f"{prefix}-t{index}-{self.tag}" for index in range(tenants)]
-        for name in (self.namespace, *self.tenants):
-            namespace(admin, name)
-        for binding in [*infra_namespace_bindings(self.namespace)] + [
-            b for tenant in self.tenants for b in tenant_namespace_bindings(tenant)
-        ]:
-            api(admin, "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
-        api(admin, "HostDeployPolicy").create(
-            body={
-                "apiVersion": METAL3,
-                "kind": "HostDeployPolicy",
-                "metadata": {"name": "p", "namespace": self.namespace},
-                "spec": {"hostclaimNamespaces": {"names": self.tenants}},
-            }
-        )
-        self.hosts = 0
-        self.torn_down = False
-        self.add_hosts(hosts, threads)
-
-    def add_hosts(self, count: int, threads: int = 8) -> None:
-        bmh = api(self.admin, "BareMetalHost")
-
-        def one(index: int) -> None:
-            name = f"h{index:04d}"
-            bmh.create(
-                body={
-                    "apiVersion": METAL3,
-                    "kind": "BareMetalHost",
-                    "metadata": {"name": name, "namespace": self.namespace, "labels": {"infra-kind": self.tag}},
-                    "spec": {
-                        "online": False,
-                        "bmc": {"address": "redfish+http://127.0.0.1:9/x", "credentialsName": "x"},
-                    },
-                }
-            )
-            bmh.status.patch(
-                body={"status": {"provisioning": {"state": "available"}}},
-                name=name,
-                namespace=self.namespace,
-                content_type="application/merge-patch+json",
-            )
-
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            list(pool.map(one, range(self.hosts, self.hosts + count)))
-        self.hosts += count
-
-    def claim_body(self, namespace_: str, name: str, spec: dict | None = None) -> dict:
-        return {
-            "apiVersion": METAL3,
-            "kind": "HostClaim",
-            "metadata": {"name": name, "namespace": namespace_},
-            "spec": {"online": False, "hostSelector": {"matchLabels": {"infra-kind": self.tag}}, **(spec or {})},
-        }
-
-    def teardown(self, wait: float = 180) -> None:
-        if not self.torn_down:
-            self.torn_down = True
-            delete_namespaces(self.admin, [*self.tenants, self.namespace], wait=wait)
+def rack_of(admin, hosts: int, tenants: int = 1, prefix: str = "bench", threads: int = 8) -> Rack:
+    """A rack (metalclaim_dev.claimlayer) of `hosts` available hosts without BMCs (the claim side alone binds them)
+    and `tenants` tenant namespaces of its own, admitted by its HostDeployPolicy `p`."""
+    rack = Rack({"admin": admin}, tenants, prefix=f"{prefix}-")
+    rack.policy({"names": rack.tenants}, name="p")
+    rack.add_hosts(hosts, threads)
+    return rack
 
 
 def setup(admin, hosts: int, claims: int) -> tuple[str, str, str]:
     """(rack, tenant, kind): `hosts` available hosts labelled infra-kind=<kind>, a policy, `claims` claims
     named c0000... in the one tenant namespace (bench/bind.py's sizes)."""
-    rack = Rack(admin, hosts, 1)
+    rack = rack_of(admin, hosts, 1)
     claim = api(admin, "HostClaim")
     for index in range(claims):
         claim.create(body=rack.claim_body(rack.tenants[0], f"c{index:04d}"))
-    return rack.namespace, rack.tenants[0], rack.tag
+    return rack.namespace, rack.tenants[0], rack.kind
 
 
 def teardown(admin, rack: str, tenant: str) -> None:
@@ -281,60 +164,18 @@ def double_bindings(admin, rack: str) -> dict:
 # -- hosts with emulated BMCs (the provisioner side) --------------------------------------------
 
 
-class Site:
-    """An infrastructure namespace with `size` hosts on the fleet, their BMCs behind one counting proxy."""
-
-    def __init__(self, admin, fleet: dict, size: int, proxy: FaultProxy, labels: dict | None = None, first: int = 0):
-        self.admin = admin
-        self.namespace = f"bench-prov-{uuid.uuid4().hex[:6]}"
-        self.names = [f"h{index:02d}" for index in range(size)]
-        namespace(admin, self.namespace, {PROVISIONER_ANNOTATION: OURS})  # the provisioner drives opted-in hosts
-        for binding in infra_namespace_bindings(self.namespace):  # the provisioner side reads BMC Secrets here
-            api(admin, "RoleBinding", "rbac.authorization.k8s.io/v1").create(body=binding)
-        password = Path(fleet["password_file"]).read_text().strip()
-        self.systems = {}  # host name -> emulated system uuid
-        for name, system in zip(self.names, fleet["systems"][first:], strict=False):
-            self.systems[name] = system["uuid"]
-            api(admin, "Secret", "v1").create(
-                body={
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {"name": f"{name}-bmc", "namespace": self.namespace},
-                    "stringData": {"username": fleet["username"], "password": password},
-                }
-            )
-            api(admin, "BareMetalHost").create(
-                body={
-                    "apiVersion": METAL3,
-                    "kind": "BareMetalHost",
-                    "metadata": {"name": name, "namespace": self.namespace, "labels": labels or {}},
-                    "spec": {
-                        "online": False,
-                        "bootMACAddress": system["boot_mac"],
-                        "automatedCleaningMode": "disabled",
-                        "bmc": {"address": proxy.address_for(system["address"]), "credentialsName": f"{name}-bmc"},
-                    },
-                }
-            )
-
-    def patch_hosts(self, spec: dict) -> None:
-        for name in self.names:
-            api(self.admin, "BareMetalHost").patch(
-                body={"spec": spec},
-                name=name,
-                namespace=self.namespace,
-                content_type="application/merge-patch+json",
-            )
-
-    def states(self) -> dict:
-        counts: dict = {}
-        for host in api(self.admin, "BareMetalHost").get(namespace=self.namespace).items:
-            state = ((host.status or {}).get("provisioning") or {}).get("state") or "-"
-            counts[state] = counts.get(state, 0) + 1
-        return counts
-
-    def teardown(self) -> None:
-        delete_namespaces(self.admin, [self.namespace], kinds=("BareMetalHost",))
+def site_of(env, admin, size: int, proxy: FaultProxy, labels: dict | None = None, first: int = 0) -> Site:
+    """A site (metalclaim_dev.site, no policy) of `size` hosts h00, h01... on the fleet's systems from `first` on,
+    their BMCs behind the counting `proxy`, cleaning disabled; site.uuids: host name -> emulated system uuid."""
+    site = Site(env, {"admin": admin}, None, prefix="bench-prov", policy=False)
+    site.uuids = {}
+    for index in range(first, min(first + size, len(site.systems))):
+        name = f"h{index - first:02d}"
+        address = proxy.address_for(site.systems[index]["address"])
+        site.host(name, index, address=address, labels=labels, automatedCleaningMode="disabled")
+        site.uuids[name] = site.systems[index]["uuid"]
+    site.names = list(site.uuids)
+    return site
 
 
 class TimingProxy(FaultProxy):
@@ -527,8 +368,11 @@ class ClaimWatch:
 # -- the controller as a process of its own ---------------------------------------------------
 
 
-class Controller:
-    """One side of the controller as its own identity and process; metrics on a port, JSON log in a file."""
+class Controller(ControllerProcess):
+    """One side of the controller as its own identity and process (metalclaim_dev.controllerproc), with what the
+    benches read from it besides its metrics: runs, settling, its log's run events, memory, API connections."""
+
+    stop_timeout = 45
 
     def __init__(
         self,
@@ -541,78 +385,24 @@ class Controller:
         ready_timeout: float = 120,
     ):
         self.side = side
-        self.metrics_port, self.health_port = free_port(), free_port()
-        work.mkdir(parents=True, exist_ok=True)
-        self.private = work / "runner"
-        self.log_path = work / "controller.log"
-        self._log = self.log_path.open("w")
-        self.argv = [
-            sys.executable,
-            "-m",
-            "metalclaim.controller",
-            "--kubeconfig",
-            env.kubeconfig(identity or ("controller" if side == "claims" else "provisioner")),
+        super().__init__(
+            env,
+            work,
             "--controllers",
             side,
             "--infra-namespaces",
             ",".join(infra_namespaces),
-            "--private-data-dir",
-            str(self.private),
-            "--metrics-bind-address",
-            f"127.0.0.1:{self.metrics_port}",
-            "--health-probe-bind-address",
-            f"127.0.0.1:{self.health_port}",
             *extra,
-        ]
-        self.process = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            kubeconfig_identity=identity or ("controller" if side == "claims" else "provisioner"),
             env={
                 **os.environ,
                 "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
                 "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false",
             },
+            resync_period=None,  # the controller's own: the resync scenario measures it
+            ready_timeout=ready_timeout,
         )
-        self.pid = self.process.pid
         self.apiserver_port = int(urllib.parse.urlsplit(env.state["apiserver"]).port)
-        deadline = time.monotonic() + ready_timeout
-        while self._get(self.health_port, "/readyz")[0] != 200:
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the {side} controller was not ready in {ready_timeout} s:\n{self.tail()}")
-            time.sleep(0.1)
-
-    def _get(self, port: int, path: str) -> tuple[int, str]:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"the {self.side} controller exited ({self.process.returncode}):\n{self.tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, ""
-        except OSError:
-            return 0, ""
-
-    def samples(self) -> list[tuple[str, dict, float]]:
-        """Every Prometheus sample: (name, labels, value)."""
-        _status, text = self._get(self.metrics_port, "/metrics")
-        found = []
-        for line in text.splitlines():
-            match = re.match(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})? (\S+)$", line)
-            if match:
-                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(2) or ""))
-                found.append((match.group(1), labels, float(match.group(3))))
-        return found
-
-    def metric(self, name: str, **labels) -> float:
-        """Sum of a metric's samples whose labels include `labels`."""
-        return sum(
-            value
-            for sample, found, value in self.samples()
-            if sample == name and all(found.get(k) == v for k, v in labels.items())
-        )
 
     def metrics_by_label(self, name: str, label: str) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -640,8 +430,7 @@ class Controller:
     def run_events(self) -> list[dict]:
         """The "run" events of its JSON log: playbook, status, count (keys), seconds."""
         found = []
-        self._log.flush()
-        for line in self.log_path.read_text(errors="replace").splitlines():
+        for line in self.output(full=True).splitlines():
             if line.startswith("{") and '"event": "run"' in line:
                 with contextlib.suppress(ValueError):
                     found.append(json.loads(line))
@@ -655,20 +444,7 @@ class Controller:
         return apiserver_connections(self.pid, self.apiserver_port)
 
     def tail(self, lines: int = 30) -> str:
-        with contextlib.suppress(OSError):
-            self._log.flush()
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(45)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
-        self._log.close()
+        return "\n".join(self.output(full=True).splitlines()[-lines:])
 
 
 # -- /proc ----------------------------------------------------------------------------------------
