@@ -61,7 +61,7 @@ def _remote_options(settings) -> dict:
 def _tenant_options(settings) -> dict:
     return {
         "tenant_fail_on_refusal": False,  # a refusal is the Tenant's status, not a run to retry
-        "tenant_claim_side_subjects": [settings.tenant_claim_side_subject],
+        "tenant_claim_side_subjects": [settings.tenant_claim_side],
         "tenant_required_prefix": settings.tenant_required_prefix,
     }
 

@@ -6,6 +6,7 @@ import pytest
 
 from metalclaim.controller import __main__ as cli
 from metalclaim.controller.dispatch import remote_slot_wanted, run_of
+from metalclaim.controller.groups import GROUPS
 from metalclaim.controller.manager import Controller, Settings
 
 HOSTS = [("host", "infra", "h1"), ("host", "infra", "h2")]
@@ -45,6 +46,23 @@ def test_an_unknown_cleaning_erase_is_a_flag_error(capsys, monkeypatch):
         cli.main([])
     assert exit_.value.code == 2
     assert "--provision-cleaning-erase quick: metadata or full" in capsys.readouterr().err
+
+
+def test_a_tenant_batch_names_its_tenants_and_the_claim_side():
+    """Every group's variables are built from Settings as the command line makes it (a renamed field broke the tenants
+    side's runs: AttributeError at dispatch, every Tenant stuck)."""
+    playbook, extravars = run_of("tenant", [("tenant", "", "blue"), ("tenant", "", "green")], Settings())
+    assert playbook.endswith("tenant.yml")
+    assert extravars == {
+        "tenant_names": ["blue", "green"],
+        "tenant_fail_on_refusal": False,
+        "tenant_claim_side_subjects": [
+            {"kind": "ServiceAccount", "namespace": "metalclaim-system", "name": "metalclaim-controller"}
+        ],
+        "tenant_required_prefix": "",
+    }
+    for group in GROUPS:
+        run_of(group, [(group, "ns", "name")], Settings())
 
 
 def test_a_negative_callback_timeout_is_a_flag_error(capsys):
