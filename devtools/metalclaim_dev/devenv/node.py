@@ -465,9 +465,13 @@ def _kill_cgroup_tree() -> None:
             top = hierarchy / KUBEPODS
             if not top.is_dir():
                 continue
-            for procs in top.rglob("cgroup.procs"):
+            # os.walk, not rglob: the kubelet removes pods' cgroups while we walk, and a directory gone
+            # mid-walk is skipped (onerror) instead of ending the teardown with FileNotFoundError.
+            for directory, _subdirectories, files in os.walk(top, onerror=lambda _error: None):
+                if "cgroup.procs" not in files:
+                    continue
                 with contextlib.suppress(OSError):
-                    for line in procs.read_text().split():
+                    for line in (Path(directory) / "cgroup.procs").read_text().split():
                         found = True
                         with contextlib.suppress(ProcessLookupError, ValueError):
                             os.kill(int(line), 9)
