@@ -27,10 +27,12 @@ import functools
 import http.client
 import http.server
 import json
+import select
 import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -348,3 +350,69 @@ class MediaServer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class HookListener:
+    """Tenant hook endpoints on 127.0.0.1, recording each POST (path, headers, arrival time).
+
+    /trickle-* trickles a 200's header one byte a second (every socket read gets a byte in time) until the caller
+    hangs up or trickle_seconds pass; /slow-* answers 200 after slow_seconds; any other path at once.
+    """
+
+    def __init__(self, trickle_seconds: float = 0.0, slow_seconds: float = 0.0):
+        self.requests: list[dict] = []
+        self.trickles: list[dict] = []  # per trickled answer: started, ended (the caller went away), bytes sent
+        self.trickle_seconds = trickle_seconds
+        self.slow_seconds = slow_seconds
+        listener = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                listener.requests.append(
+                    {"path": self.path, "headers": dict(self.headers.items()), "at": time.monotonic()}
+                )
+                if self.path.startswith("/trickle"):
+                    listener._trickle(self.connection)
+                    self.close_connection = True
+                    return
+                if self.path.startswith("/slow"):
+                    time.sleep(listener.slow_seconds)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def _trickle(self, connection: socket.socket) -> None:
+        record = {"started": time.monotonic(), "ended": None, "sent": 0}
+        self.trickles.append(record)
+        try:
+            connection.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            while time.monotonic() - record["started"] < self.trickle_seconds:
+                connection.sendall(b"z")
+                record["sent"] += 1
+                readable, _, _ = select.select([connection], [], [], 1.0)
+                if readable and not connection.recv(1):
+                    break  # the caller hung up: its deadline ran out
+            else:
+                connection.sendall(b"\r\nContent-Length: 0\r\n\r\n")
+        except OSError:
+            pass  # the caller hung up
+        record["ended"] = time.monotonic()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def at(self, path: str) -> list[dict]:
+        return [r for r in self.requests if r["path"] == path]
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -11,18 +11,16 @@
 
 from __future__ import annotations
 
-import select
-import socket
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import yaml
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as hook_plan
 from kubernetes.client.exceptions import ApiException
 
+from metalclaim_dev.netfixtures import HookListener
 from metalclaim_dev.support import REPO_ROOT, status_of
 from metalclaim_dev.tenancy import (
     RBAC,
@@ -225,68 +223,9 @@ def test_the_guard_and_its_extra_policy_say_the_same_rule():
 # -- 2. hook credentials belong to one tenant ------------------------------------------------------------------
 
 
-class Listener:
-    """A hook endpoint on 127.0.0.1 recording each POST (path, headers); answers 200, or trickles (see trickle)."""
-
-    def __init__(self):
-        self.requests: list[dict] = []
-        self.trickles: list[dict] = []  # per trickled answer: started, ended (the caller went away), bytes sent
-        self.trickle_seconds = 0.0
-        listener = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                listener.requests.append({"path": self.path, "headers": dict(self.headers.items())})
-                if self.path.startswith("/trickle"):
-                    listener._trickle(self.connection)
-                    self.close_connection = True
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def _trickle(self, connection: socket.socket) -> None:
-        """A 200 whose header arrives one byte a second for trickle_seconds: every socket read gets a byte in time."""
-        record = {"started": time.monotonic(), "ended": None, "sent": 0}
-        self.trickles.append(record)
-        try:
-            connection.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-            while time.monotonic() - record["started"] < self.trickle_seconds:
-                connection.sendall(b"z")
-                record["sent"] += 1
-                readable, _, _ = select.select([connection], [], [], 1.0)
-                if readable and not connection.recv(1):
-                    break  # the caller hung up: its deadline ran out
-            else:
-                connection.sendall(b"\r\nContent-Length: 0\r\n\r\n")
-        except OSError:
-            pass  # the caller hung up
-        record["ended"] = time.monotonic()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def at(self, path: str) -> list[dict]:
-        return [r for r in self.requests if r["path"] == path]
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def listener():
-    server = Listener()
+    server = HookListener()
     yield server
     server.stop()
 

@@ -8,15 +8,13 @@ Both ways A's hook can hold a run: a blocking hook asked before A's change, and 
 
 from __future__ import annotations
 
-import select
-import socket
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from metalclaim_dev.netfixtures import HookListener
 from metalclaim_dev.tenancy import TENANCY, condition, delete_tenants, read_tenant, reconcile
 
 NAMESPACE_OWNED_ELSEWHERE = "NamespaceOwnedElsewhere"
@@ -28,70 +26,9 @@ WITHIN = DEADLINE / 2  # B's bound (its onboarding takes about a second here; be
 SLOW_SECONDS = 3  # a blocking hook that allows, in its own time
 
 
-class Listener:
-    """Hooks on 127.0.0.1: /trickle-* trickles a 200's header a byte a second until the caller hangs up (or
-    trickle_seconds pass), /slow-* answers 200 after SLOW_SECONDS, any other path at once. Each request's path and
-    arrival time is recorded."""
-
-    def __init__(self, trickle_seconds: float):
-        self.requests: list[dict] = []
-        self.trickles: list[dict] = []  # per trickled answer: started, ended (the caller went away), bytes sent
-        self.trickle_seconds = trickle_seconds
-        listener = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                listener.requests.append({"path": self.path, "at": time.monotonic()})
-                if self.path.startswith("/trickle"):
-                    listener._trickle(self.connection)
-                    self.close_connection = True
-                    return
-                if self.path.startswith("/slow"):
-                    time.sleep(SLOW_SECONDS)
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def _trickle(self, connection: socket.socket) -> None:
-        record = {"started": time.monotonic(), "ended": None, "sent": 0}
-        self.trickles.append(record)
-        try:
-            connection.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-            while time.monotonic() - record["started"] < self.trickle_seconds:
-                connection.sendall(b"z")
-                record["sent"] += 1
-                readable, _, _ = select.select([connection], [], [], 1.0)
-                if readable and not connection.recv(1):
-                    break  # the caller hung up: its deadline ran out
-            else:
-                connection.sendall(b"\r\nContent-Length: 0\r\n\r\n")
-        except OSError:
-            pass  # the caller hung up
-        record["ended"] = time.monotonic()
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def at(self, path: str) -> list[dict]:
-        return [r for r in self.requests if r["path"] == path]
-
-    def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture
 def listener():
-    server = Listener(trickle_seconds=4 * DEADLINE)
+    server = HookListener(trickle_seconds=4 * DEADLINE, slow_seconds=SLOW_SECONDS)
     yield server
     server.stop()
 
