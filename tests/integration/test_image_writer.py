@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import configdrive, media
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import instructions
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import media_protocol as protocol
 
 from metalclaim_dev.configdrive_reader import read_config_drive
@@ -199,7 +200,7 @@ def test_a_floppy_sized_config_drive_puts_only_the_iso_on_the_disk(tmp_path, ima
     token, iso_path = config_drive(tmp_path, media_server, "deploy", image)
     iso = iso_path.read_bytes()
     floppy = tmp_path / "floppy.img"
-    floppy.write_bytes(configdrive.floppy_sized(iso))
+    floppy.write_bytes(instructions.floppy_sized(iso))
     assert floppy.stat().st_size == 1474560 > MIB > len(iso)
     disk = sparse_disk(tmp_path / "disk.img")
 
@@ -409,4 +410,4 @@ def test_full_erase_of_a_block_device_uses_the_kernels_zeroout(tmp_path, media_s
 def test_an_unknown_erase_mode_is_refused_by_the_config_drive():
     deploy = {"mode": "clean", "erase": "shred", "callback": {"url": "http://127.0.0.1:1/cb", "token": "t"}}
     with pytest.raises(ValueError, match=r"deploy\.erase must be one of metadata, full"):
-        configdrive.validate_deploy(deploy)
+        instructions.validate_deploy(deploy)

@@ -38,8 +38,6 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.configdrive import (
     PYCDLIB_IMPORT_ERROR,
     build_config_drive,
-    checksum_type,
-    floppy_sized,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.redfish import (
     SUSHY_IMPORT_ERROR,
@@ -51,6 +49,10 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
     BmcAddressError,
     parse_bmc_address,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.instructions import (
+    checksum_type,
+    floppy_sized,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.outcomes import host_outcomes
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.settling import Settling

@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import configdrive
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import instructions
 
 from metalclaim_dev.configdrive_reader import read_config_drive, volume_id
 from metalclaim_dev.support import REPO_ROOT
@@ -51,12 +52,7 @@ def test_meta_data_and_user_data_always_exist_and_network_config_only_when_given
     assert files["meta-data"].startswith(b"instance-id: iid-metalclaim-")
     # Another deployment (another callback token) is another instance for cloud-init.
     other = dict(DEPLOY, callback={"url": DEPLOY["callback"]["url"], "token": "B" * 43})
-    assert configdrive.default_meta_data(other) != configdrive.default_meta_data(DEPLOY)
-
-
-def test_clean_mode_needs_no_image_and_drops_unknown_keys():
-    clean = {"mode": "clean", "callback": DEPLOY["callback"], "image": DEPLOY["image"], "extra": 1}
-    assert configdrive.validate_deploy(clean) == {"mode": "clean", "callback": DEPLOY["callback"]}
+    assert instructions.default_meta_data(other) != instructions.default_meta_data(DEPLOY)
 
 
 @pytest.mark.parametrize(
@@ -75,47 +71,6 @@ def test_clean_mode_needs_no_image_and_drops_unknown_keys():
 def test_invalid_instructions_are_refused(change, complaint):
     with pytest.raises(ValueError, match=complaint.replace(".", r"\.")):
         configdrive.build_config_drive(user_data=None, meta_data=None, network_data=None, deploy={**DEPLOY, **change})
-
-
-@pytest.mark.parametrize(
-    ("checksum", "checksum_type"), [("a" * 32, "md5"), ("a" * 64, "sha256"), ("a" * 128, "sha512")]
-)
-def test_an_absent_or_auto_checksum_type_follows_the_digest_length(checksum, checksum_type):
-    for given in (None, "auto"):
-        image = dict(DEPLOY["image"], checksum=checksum, checksumType=given)
-        assert configdrive.validate_deploy({**DEPLOY, "image": image})["image"]["checksumType"] == checksum_type
-
-
-def test_auto_needs_a_known_length_or_a_literal_digest():
-    for checksum in ("a" * 40, "https://127.0.0.1/SHA256SUMS"):
-        with pytest.raises(ValueError, match="checksumType"):
-            configdrive.validate_deploy(
-                {**DEPLOY, "image": dict(DEPLOY["image"], checksum=checksum, checksumType="auto")}
-            )
-
-
-@pytest.mark.parametrize(
-    ("checksum", "expected"),
-    [
-        ("0" * 32, "md5"),
-        ("a" * 64, "sha256"),
-        ("F" * 128, "sha512"),
-        ("http://127.0.0.1:8080/images/jammy/img.md5", "md5"),
-        ("http://127.0.0.1:8080/SHA256SUMS", "sha256"),
-    ],
-)
-def test_checksum_type_auto_as_metal3(checksum, expected):
-    assert configdrive.checksum_type(checksum) == expected
-
-
-def test_an_undecidable_checksum_type_names_the_field():
-    with pytest.raises(ValueError, match="checksumType"):
-        configdrive.checksum_type("http://127.0.0.1/checksums.txt")
-
-
-def test_a_checksum_url_is_accepted():
-    image = dict(DEPLOY["image"], checksum="https://127.0.0.1/SHA256SUMS")
-    assert configdrive.validate_deploy({**DEPLOY, "image": image})["image"]["checksum"] == image["checksum"]
 
 
 @pytest.mark.skipif(shutil.which("blkid") is None, reason="blkid (util-linux) is not installed")
@@ -182,8 +137,8 @@ def test_unusable_checksum_files(text, complaint):
 
 def test_a_config_drive_is_padded_to_a_floppy_size_and_reads_the_same():
     iso = configdrive.build_config_drive(user_data=b"#cloud-config\n", meta_data=None, network_data=None, deploy=DEPLOY)
-    padded = configdrive.floppy_sized(iso)
+    padded = instructions.floppy_sized(iso)
     assert len(padded) == 1474560 and padded[: len(iso)] == iso and not any(padded[len(iso) :])
-    assert configdrive.floppy_sized(bytes(1474561)) == bytes(2949120)
+    assert instructions.floppy_sized(bytes(1474561)) == bytes(2949120)
     too_big = bytes(2949121)
-    assert configdrive.floppy_sized(too_big) is too_big  # a USB stick takes any size
+    assert instructions.floppy_sized(too_big) is too_big  # a USB stick takes any size
