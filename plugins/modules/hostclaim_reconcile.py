@@ -19,7 +19,9 @@ description:
     claim's host is written at most once.
   - Each claim's status (every condition, then C(Ready)) is computed from what all the steps found and
     written once, at the end, only when it differs; a tenant watching a claim sees one update per run and
-    no transient C(Ready). A second run with nothing new writes nothing.
+    no transient C(Ready). One exception, a claim this run binds, has its status written as soon as its host
+    is taken (that write commits the binding, before anything of the tenant's reaches the host), then at the
+    end only if a later step changed it. A second run with nothing new writes nothing.
   - One claim's failure is its own. A request that fails for one claim (an API error other than a conflict, say a
     403 on a Secret of a namespace the controller may not read or a 422 on a write, or an internal error) gives that
     claim C(Synchronization) False, reason C(ReconcileError), quoting the request and the answer (URLs and

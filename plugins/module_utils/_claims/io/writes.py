@@ -5,7 +5,9 @@
 Steps do not write a claim's status themselves. Each one notes what it found in the run's
 StatusBook; the book computes the whole status (every condition, then Ready) and writes it
 in one merge patch, only when it differs. A tenant watching a claim sees at most one status
-update per run and no transient Ready.
+update per run and no transient Ready; the one exception is a claim the run binds, whose status is
+written as soon as its host is taken (that write commits the binding) and at the end only if a later
+step changed it.
 
 A status write that fails other than by a conflict fails that claim alone: the book records the
 error (the run reports the key as failed), and when the API server refused the status itself (400,
