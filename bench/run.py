@@ -509,7 +509,8 @@ class Bench:
         bodies = [rack.claim_body(rack.tenants[0], f"r{index:03d}") for index in range(self.args.resync_probes)]
         latencies = self.one_at_a_time("resync: probes create -> Associated", controller, bodies, "Association", 0.0)
         runs = [e for e in controller.run_events()[events_before:] if e.get("playbook") == "reconcile"]
-        full = [e for e in runs if (e.get("count") or 0) >= 0.9 * min(len(keys), 1000)]  # --batch-max-size 1000
+        # The resync's runs: those of more keys than a probe's (--resync-batch-max-size cuts them, 100 by default).
+        full = [e for e in runs if (e.get("count") or 0) > 1]
         out.update(
             {
                 "bound_claims": len(keys),
@@ -526,7 +527,12 @@ class Bench:
         note = f"{len(latencies)} probes, {out['resyncs_during_probes']:.0f} resyncs of {len(keys)} claims"
         self.rows_for("resync", "create->Associated during resync", out["latency"], self.args.resync_probes, note=note)
         if full:
-            self.row("resync", "full resync run", max(out["full_resync_runs"]), note=f"{len(full)} such runs")
+            self.row(
+                "resync",
+                "longest resync run",
+                max(out["full_resync_runs"]),
+                note=f"{len(full)} resync runs of {_short([e.get('count') for e in full])} keys",
+            )
         out.update(common.double_bindings(self.admin, rack.namespace))
 
     def scenario_provision(self, out: dict, stack: contextlib.ExitStack) -> None:

@@ -68,6 +68,7 @@ class Dispatcher:
             keys = self.queue.get_batch(
                 group=lambda key: key[0],
                 max_size=self.settings.batch_max_size,
+                resync_max_size=self.settings.resync_batch_max_size,
                 quiet=self.settings.batch_quiet,
                 max_wait=self.settings.batch_max_wait,
                 timeout=0.5,

@@ -134,6 +134,12 @@ class Settings:
         "--batch-max-wait", "250ms", "time after which a batch is cut however busy", duration
     )
     batch_max_size: int = option("--batch-max-size", 1000, "keys per run at most", int)
+    resync_batch_max_size: int = option(
+        "--resync-batch-max-size",
+        100,
+        "keys per run at most when a run starts with resync keys: a live key waits for one such run at most",
+        int,
+    )
     private_data_dir: Path = option(  # noqa: RUF009 (a dataclasses.field: a fresh default each)
         "--private-data-dir",
         "/tmp/metalclaim-controller",

@@ -12,7 +12,9 @@ Semantics (those of client-go's ``workqueue``, with priorities and batches added
   state it was added for is seen by one more pass.
 * **Priorities** -- :data:`LIVE` keys (watch events) are taken before :data:`RESYNC` keys (resync and
   initial list), so a resync of thousands of keys never starves a new claim. Adding a queued key with a
-  better (lower) priority upgrades it.
+  better (lower) priority upgrades it. A batch led by a live key takes live keys only (its run is not
+  slowed by a resync's keys), and a batch led by a resync key holds at most ``resync_max_size``: a live key
+  that comes while resync batches run waits for one small batch at most.
 * **Delays** -- ``add_after`` makes a key ready later (the earliest requested time wins); a plain ``add``
   makes it ready at once. ``add_rate_limited`` is ``add_after`` with per-key exponential backoff.
 * **Batches** -- ``get_batch`` takes the best ready key, then keeps collecting ready keys of the same
@@ -194,6 +196,7 @@ class WorkQueue:
         max_wait: float = 0.25,
         timeout: float | None = None,
         accept: Callable[[Hashable], bool] | None = None,
+        resync_max_size: int | None = None,
     ) -> list[Hashable] | None:
         """Take a batch of ready keys of one group and mark them processing; call :meth:`done` with it after.
 
@@ -204,7 +207,8 @@ class WorkQueue:
         taken, or ``max_size`` keys are in the batch. New keys are looked for when the quiet period would end,
         so ``max_size`` also cuts at such a look. If the queue shuts down while a batch is being collected,
         its keys go back to the queue and ``None`` is returned. With ``accept``, only keys it accepts are taken
-        (the best of them first) and the others are left queued.
+        (the best of them first) and the others are left queued. A batch whose first key is live collects live
+        keys only; one whose first key is a resync key collects both, at most ``resync_max_size`` of them.
         """
         taken: list[tuple[Hashable, _Item, float]] = []  # (key, item, time taken); on_get is called after the lock
         with self._cond:
@@ -227,9 +231,13 @@ class WorkQueue:
             self._take(*first, now, taken)
             batch = [first[0]]
             batch_group = group(first[0])
+            lead = first[1].priority
+            if lead != LIVE and resync_max_size is not None:
+                max_size = min(max_size, resync_max_size)
             started = last_new = now
             while len(batch) < max_size:
-                for key, item in self._take_group(group, batch_group, max_size - len(batch), now, taken, accept):
+                room = max_size - len(batch)
+                for key, item in self._take_group(group, batch_group, room, now, taken, accept, lead):
                     batch.append(key)
                     last_new = max(last_new, item.ready_at)
                 if len(batch) >= max_size:
@@ -330,13 +338,17 @@ class WorkQueue:
         now: float,
         taken: list[tuple[Hashable, _Item, float]],
         accept: Callable[[Hashable], bool] | None = None,
+        worst: int = RESYNC,
     ) -> list[tuple[Hashable, _Item]]:
-        """Take up to ``room`` ready keys of ``batch_group`` (that ``accept`` accepts), best first. Their heap
-        entries go stale."""
+        """Take up to ``room`` ready keys of ``batch_group`` (that ``accept`` accepts) of priority ``worst`` or
+        better, best first. Their heap entries go stale."""
         candidates = sorted(
             (item.priority, item.ready_at, item.seq, key)
             for key, item in self._queued.items()
-            if item.ready_at <= now and group(key) == batch_group and (accept is None or accept(key))
+            if item.ready_at <= now
+            and item.priority <= worst
+            and group(key) == batch_group
+            and (accept is None or accept(key))
         )[:room]
         new = []
         for _priority, _ready_at, _seq, key in candidates:

@@ -148,19 +148,25 @@ def test_higher_priority_add_upgrades_a_queued_key(queue: WorkQueue, clock: Fake
     assert queue.get_batch(**NOW) == [host("h0")]
 
 
-def test_resync_of_1000_keys_delays_a_live_key_by_at_most_one_batch(queue: WorkQueue, clock: FakeClock) -> None:
+def test_resync_of_1000_keys_delays_a_live_key_by_at_most_one_small_batch(queue: WorkQueue, clock: FakeClock) -> None:
     for i in range(1000):
         queue.add(claim(f"c{i}"), RESYNC)
-    first = queue.get_batch(max_size=100, **NOW)
-    assert len(first) == 100
+    first = queue.get_batch(max_size=1000, resync_max_size=100, **NOW)
+    assert len(first) == 100  # a resync batch is small however large a live one may grow
     queue.add(host("new"), LIVE)  # another group: waits only for the batch in flight
-    assert queue.get_batch(max_size=100, **NOW) == [host("new")]
+    assert queue.get_batch(max_size=1000, resync_max_size=100, **NOW) == [host("new")]
     clock.advance(1)
     queue.add(claim("new"), LIVE)
-    second = queue.get_batch(max_size=100, **NOW)
-    assert second[0] == claim("new")  # best first, then resync keys of its group fill the batch
-    assert len(second) == 100
-    assert not set(first) & set(second)
+    # A live key's batch takes no resync key: its run is not slowed by 900 keys with nothing new.
+    assert queue.get_batch(max_size=1000, resync_max_size=100, **NOW) == [claim("new")]
+    second = queue.get_batch(max_size=1000, resync_max_size=100, **NOW)
+    assert len(second) == 100 and not set(first) & set(second)
+
+
+def test_a_live_batch_is_not_capped_by_the_resync_size(queue: WorkQueue) -> None:
+    for i in range(300):
+        queue.add(claim(f"c{i}"), LIVE)
+    assert len(queue.get_batch(max_size=1000, resync_max_size=100, **NOW)) == 300
 
 
 def test_live_key_joins_the_resync_batch_being_collected() -> None:
@@ -356,7 +362,7 @@ def test_a_consumer_takes_only_the_keys_it_accepts_and_leaves_the_others_in_orde
     clock.advance(0.1)
     queue.add(claim("c1"))
     clock.advance(0.1)
-    queue.add(remote("r2"), RESYNC)
+    queue.add(remote("r2"))
     clock.advance(0.1)
     queue.add(host("h1"))
     not_remote = {"accept": lambda key: key[0] != "remote", **NOW}
@@ -424,7 +430,7 @@ def test_shutdown_wakes_a_blocked_get_batch() -> None:
 def test_shutdown_during_collection_puts_the_keys_back() -> None:
     q = WorkQueue()
     q.add(claim("c1"), RESYNC)
-    q.add(claim("c2"))
+    q.add(claim("c2"), RESYNC)
     result = []
     t = threading.Thread(target=lambda: result.append(q.get_batch(quiet=5, max_wait=5)))
     t.start()
