@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import lease
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
     SelectorError,
@@ -184,11 +185,14 @@ def plan(
     namespace_labels: dict | None = None,
     held_by_tenant: int = 0,
     namespace_annotations: dict | None = None,
+    lease_caps: dict | None = None,
+    now=None,
 ) -> Plan:
     """Decide for one claim, given every host the caller can see, the namespaces policies admit it to, the
     labels of the claim's namespace (its tenant: a host reserved for other tenants is never a candidate; its
-    limit of bound hosts), how many hosts claims of that tenant hold now, and the namespace's annotations (the
-    verdicts of its tenant's blocking CLAIM_BOUND hooks, its host pools' selectors)."""
+    limit of bound hosts), how many hosts claims of that tenant hold now, the namespace's annotations (the
+    verdicts of its tenant's blocking CLAIM_BOUND hooks, its host pools' selectors), and the lease caps of the
+    admitted infra namespaces (lease.caps; None: no cap anywhere) with the run's time (a datetime)."""
     spec = claim.get("spec") or {}
     status = claim.get("status") or {}
     if claim["metadata"].get("deletionTimestamp"):
@@ -222,6 +226,16 @@ def plan(
         where = f" in namespace {in_namespace!r}" if in_namespace else ""
         message = f"no HostDeployPolicy{where} admits namespace {key(claim)[0]!r}"
         return Plan(claim, "refuse", reason=NOT_AUTHORIZED, message=message, stale_status=stale)
+    if lease_caps and now is not None:
+        try:
+            wanted = lease.asked(claim)
+        except lease.LeaseError as error:
+            return Plan(claim, "refuse", reason=lease.LEASE_INVALID, message=f"spec.lease: {error}", stale_status=stale)
+        fitting = [ns for ns in allowed if lease.fits(wanted, lease_caps.get(ns), now)]
+        if not fitting:
+            reason, message = lease.refusal(wanted, [lease_caps.get(ns) for ns in allowed], now)
+            return Plan(claim, "refuse", reason=reason, message=message, stale_status=stale)
+        allowed = fitting
 
     limit = max_bound_hosts(namespace_labels)
     if limit is not None and held_by_tenant >= limit:
