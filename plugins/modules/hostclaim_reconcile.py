@@ -12,6 +12,8 @@ description:
   - Runs, in this order and in one process, what M(metalclaim.hostclaim.hostclaim_release),
     M(metalclaim.hostclaim.hostclaim_bind), M(metalclaim.hostclaim.hostclaim_secrets) and
     M(metalclaim.hostclaim.hostclaim_sync) do, with the same semantics, for the claims in O(claims) (or all).
+  - Between the release and the binding, the leases (HostClaim C(spec.lease), HostDeployPolicy
+    C(spec.maxLeaseDuration)); a lease's end releases its claim's host as a deletion does, the claim staying.
   - Each kind (HostClaims, BareMetalHosts, HostDeployPolicies, Namespaces) is listed once for the whole run,
     and each tenant Secret a claim references is read once (no Secret of an infrastructure namespace is ever
     read, the copies are known from the hosts' records, see M(metalclaim.hostclaim.hostclaim_secrets));
@@ -98,6 +100,14 @@ release:
   description: What M(metalclaim.hostclaim.hostclaim_release) returns.
   returned: always
   type: dict
+lease:
+  description:
+    - The leases (HostClaim C(spec.lease)), one entry per leased claim (C(lease) its state, C(after) the seconds to
+      its next deadline, C(state) C(released) or C(waiting) for a claim whose lease ended). At its end a claim's
+      host is released as a deleted claim's; the claim stays, its C(Lease) condition C(LeaseExpired), and is never
+      bound again.
+  returned: always
+  type: dict
 bind:
   description: What M(metalclaim.hostclaim.hostclaim_bind) returns.
   returned: always
@@ -125,6 +135,9 @@ summary:
     orphans_released:
       description: Hosts of vanished claims given back to the pool this run.
       type: int
+    leases_expired:
+      description: Claims whose lease has ended (their host released, or being released).
+      type: int
     not_synchronized:
       description: Bound claims whose data Secrets or image change could not be applied.
       type: int
@@ -139,6 +152,7 @@ summary:
     waiting_for_host: 1
     releases_pending: 0
     orphans_released: 0
+    leases_expired: 0
     not_synchronized: 0
     conflicts: 0
     list_calls: 5

@@ -13,6 +13,7 @@ import yaml
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import (
     binding,
     failures,
+    lease,
     limits,
     secrets,
     sync,
@@ -38,6 +39,8 @@ def test_every_claim_condition_reason_is_in_the_tenant_guide():
     reasons |= {failures.RECONCILE_ERROR, failures.STATUS_REFUSED, limits.REBOOT_REQUESTS_TOO_LARGE}
     reasons |= {"InfoReported", "IssuesReported", "UnknownReported"}  # Ready (conditions.with_ready)
     reasons |= {sync.state_reason(state) for state in metal3.STATES}  # Provisioned: every host state
+    reasons |= {lease.LEASE_ACTIVE, lease.LEASE_ENDING, lease.LEASE_EXPIRED, lease.LEASE_OVER_CAP}
+    reasons |= {lease.LEASE_REQUIRED, lease.LEASE_INVALID}
     missing = sorted(reasons - _documented())
     assert not missing, f"reasons a tenant can see that docs/tenant-guide.md does not explain: {missing}"
 
@@ -49,7 +52,8 @@ def test_the_reason_constants_are_all_accounted_for():
     known |= {"AUTHORIZATION_REVOKED", "TENANT_HOST_LIMIT", "BINDING_HOOK_PENDING", "BINDING_HOOK_REFUSED"}
     known |= {"RECONCILE_ERROR", "STATUS_REFUSED", "REBOOT_REQUESTS_TOO_LARGE"}
     known |= {"CLAIM_KIND"}  # CLAIM_KIND: the kind HostClaim, not a reason
-    for module in (binding, secrets, sync, failures, limits):
+    known |= {"LEASE_ACTIVE", "LEASE_ENDING", "LEASE_EXPIRED", "LEASE_OVER_CAP", "LEASE_REQUIRED", "LEASE_INVALID"}
+    for module in (binding, secrets, sync, failures, limits, lease):
         tree = ast.parse(Path(module.__file__).read_text())
         constants = {
             target.id

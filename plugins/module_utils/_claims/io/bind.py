@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import random
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io import leases
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_metadata
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import (
     api_status,
@@ -23,7 +24,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
     lock_for_binding,
     with_finalizer,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures, lease
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
     locked_by_another,
@@ -59,8 +60,14 @@ def bind_claims(run) -> dict:
             skipped.update(reason="BindingElsewhere", message="another binder is working on this claim")
             results.append(skipped)
             continue
+        if leases.expired(run, claim):  # the lease step released it: never bound again
+            namespace, name = binding.key(claim)
+            skipped = {"namespace": namespace, "name": name, "action": "skip", "host": None, "changed": False}
+            skipped.update(reason=lease.LEASE_EXPIRED, message="the claim's lease ended")
+            results.append(skipped)
+            continue
         namespace = claim["metadata"]["namespace"]
-        authorized, _decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
+        authorized, decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
         labels = labels_of.get(namespace, {})
         current_hosts = list(hosts_by_key.values())  # with the hosts bound earlier in this batch
         held = 0
@@ -68,7 +75,8 @@ def bind_claims(run) -> dict:
             consumers = [ref for ref in map(binding.consumer, current_hosts) if ref]
             held = hosts_held(tenant_of(labels), consumers, labels_of)
         annotations = (metadata_of.get(namespace) or {}).get("annotations")
-        plan = binding.plan(claim, current_hosts, authorized, labels, held, annotations)
+        caps = lease.caps(policies, decisions)
+        plan = binding.plan(claim, current_hosts, authorized, labels, held, annotations, caps, leases.now_of(run))
         results.append(_commit(run, plan, hosts_by_key))
         if results[-1]["action"] == "conflict" and pending:
             pending, hosts_by_key = _next_after_conflict(kube, pending)
@@ -152,7 +160,12 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
         updates = {"hardwareData": {"name": host_key[1], "namespace": host_key[0]}, "hostUID": host["metadata"]["uid"]}
         association = (cond.ASSOCIATION, "True", binding.ASSOCIATED, "")
         result["host"] = f"{host_key[0]}/{host_key[1]}"
+        started = lease.started(claim, leases.now_of(run)) if newly_bound else None
+        if started is not None:  # the lease starts with the binding, written with it
+            updates["lease"] = started.lease_status
+            result["after"] = started.after
     else:
+        started = None
         reason, message = plan.reason, plan.message
         if plan.action == "bind":  # every candidate went to another claim (of this batch or a concurrent run)
             reason, message = binding.NO_HOST, plan.no_host_message()
@@ -160,7 +173,7 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
         association = (cond.ASSOCIATION, "False", reason, message)
         result["reason"], result["message"] = reason, message
     previous = cond.find((claim.get("status") or {}).get("conditions"), cond.ASSOCIATION) or {}
-    run.book.note(claim, [association], updates, result=result)
+    run.book.note(claim, [association, *(started.conditions if started else [])], updates, result=result)
     result["changed"] = result["changed"] or newly_bound
     if newly_bound:
         bound_to = result["host"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io import leases
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import (
     bound_claims,
     namespace_labels,
@@ -67,7 +68,8 @@ def sync_claims(run) -> dict:
 
 
 def sync_bound(run, parts: tuple[str, ...]) -> dict:
-    pairs = bound_claims(run)
+    # A claim whose lease ended is the lease step's: its host is being released, never powered or imaged again.
+    pairs = [(claim, host) for claim, host in bound_claims(run) if not leases.expired(run, claim)]
     kube = run.kube
     policies = kube.list(API_VERSION, "HostDeployPolicy") if pairs else []
     labels = namespace_labels(kube) if pairs else {}

@@ -4,9 +4,13 @@
 
 from __future__ import annotations
 
+import datetime
+import time
+
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import ClaimRun
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.outcomes import from_run_end
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import run_module
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import TIMESTAMP_FORMAT, now
 
 CLAIMS_ARG_SPEC = {
     "claims": {
@@ -36,7 +40,15 @@ def claim_step(step, kube, claims, check_mode: bool, diff: bool) -> dict:
     with --diff: what a claim-layer module runs, and what the standby run of hostclaim_reconcile runs in its own
     process."""
     run = ClaimRun(kube, claims, now(), check_mode, diff=diff)
-    return run.finish(step(run))
+    result = run.finish(step(run))
+    # The outcomes' `after` count from the run's timestamp (a lease's deadline); the controller counts from when it
+    # reads them, at the run's end: take the run's time off, so a deadline is not missed by the run's length.
+    elapsed = (
+        time.time()
+        - datetime.datetime.strptime(run.timestamp, TIMESTAMP_FORMAT).replace(tzinfo=datetime.timezone.utc).timestamp()
+    )
+    result["outcomes"] = from_run_end(result.get("outcomes") or [], elapsed)
+    return result
 
 
 def run_claim_step(step, extra_spec=None) -> None:

@@ -1,6 +1,6 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""hostclaim_reconcile: release, bind, then secrets and sync, in one process, each kind listed once.
+"""hostclaim_reconcile: release, leases, bind, then secrets and sync, in one process, each kind listed once.
 
 Every step task of a playbook costs a process and an Ansible round trip (~0.75 s). Run
 here in one process, the steps share one ClaimRun: each list is read once (later steps
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.bind import bind_claims
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.bound import SECRETS, SYNC, sync_bound
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.lease import lease_claims
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.release import release_claims
 
 
@@ -23,6 +24,7 @@ def reconcile_claims(run) -> dict:
     """The steps' results and a summary; the run's finish() then writes the statuses."""
     steps = {
         "release": release_claims(run),
+        "lease": lease_claims(run),
         "bind": bind_claims(run),
         "bound": sync_bound(run, (SECRETS, SYNC)),
     }
@@ -33,6 +35,7 @@ def reconcile_claims(run) -> dict:
         "bound": steps["bind"]["bound"],
         "waiting_for_host": steps["bind"]["unbound"],
         "releases_pending": steps["release"]["pending"],
+        "leases_expired": steps["lease"]["expired"],
         "orphans_released": sum(1 for r in steps["release"]["orphans"] if r["state"] == "released"),
         "not_synchronized": sum(1 for c in bound if not c.get("synchronized", True)),
         "conflicts": sum(

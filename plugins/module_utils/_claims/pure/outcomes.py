@@ -17,20 +17,34 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     Outcomes,
 )
 
-STEPS = ("release", "bind", "bound")  # hostclaim_reconcile's steps, each result under its name
+STEPS = ("release", "lease", "bind", "bound")  # hostclaim_reconcile's steps, each result under its name
 
 
 def claim_outcomes(result: dict) -> list[dict]:
-    """The outcome of every claim a run reports: hostclaim_reconcile's steps, or one step module's `claims`."""
+    """The outcome of every claim a run reports: hostclaim_reconcile's steps, or one step module's `claims`.
+
+    A lease's next deadline (an entry's `after`: its warning or its end) survives whatever else is reported for
+    the claim: a `done` or `wait` outcome gets the soonest `after` of its entries, so the controller wakes the
+    claim then, whatever event it also waits for."""
     steps = [result[step] for step in STEPS if isinstance(result.get(step), dict)] or [result]
     found = Outcomes()
+    deadlines: dict = {}
     for entry in result.get("errors") or []:  # first: what failed, said best (an equal outcome noted later loses)
         message = entry.get("message") or ""
         found.note(entry["namespace"], entry["name"], ERROR, reason=f"error in {entry.get('step')}: {message}")
     for step in steps:
         for entry in step.get("claims") or []:
             found.note(entry["namespace"], entry["name"], *_of(entry))
-    return found.listed()
+            if entry.get("after") is not None:
+                key = (entry["namespace"], entry["name"])
+                deadlines[key] = min(entry["after"], deadlines.get(key, entry["after"]))
+    listed = found.listed()
+    for outcome in listed:
+        deadline = deadlines.get((outcome["namespace"], outcome["name"]))
+        if deadline is not None and outcome["result"] in (DONE, WAIT):
+            soonest = deadline if outcome["after"] is None else min(deadline, outcome["after"])
+            outcome["after"] = max(0.0, round(float(soonest), 3))
+    return listed
 
 
 def _of(entry: dict) -> tuple:
@@ -43,4 +57,14 @@ def _of(entry: dict) -> tuple:
         return WAIT, None, "release waiting for the host"
     if "action" in entry and entry.get("host") is None and entry["action"] in ("refuse", "skip", "bind"):
         return WAIT, None, entry.get("reason") or "unbound"  # a host, a policy or the claim changing brings it back
-    return DONE, None, ""
+    return DONE, entry.get("after"), ""
+
+
+def from_run_end(outcomes: list[dict], elapsed: float) -> list[dict]:
+    """The outcomes with each `after` counted from the run's end, `elapsed` seconds after its timestamp."""
+    shifted = []
+    for entry in outcomes:
+        if entry.get("after") is not None:
+            entry = {**entry, "after": max(0.0, round(entry["after"] - max(0.0, elapsed), 3))}
+        shifted.append(entry)
+    return shifted

@@ -14,11 +14,15 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure 
 
 
 def desired_status(claim: dict, updates: dict, conditions: list[tuple[str, str, str, str]], timestamp: str) -> dict:
-    """The claim's status after `updates` (None clears a field) and conditions [(type, status, reason, message)]."""
+    """The claim's status after `updates` (None clears a field) and conditions [(type, status, reason, message)]
+    (a status of None removes that condition)."""
     status = copy.deepcopy(claim.get("status") or {})
     generation = claim["metadata"].get("generation", 0)
     current = status.get("conditions") or []
     for type_, value, reason, message in conditions:
+        if value is None:
+            current = [c for c in current if c.get("type") != type_]
+            continue
         current = cond.set_condition(current, type_, value, reason, message, generation, timestamp)
     current = cond.with_ready(current, generation, timestamp)
     for name, value in updates.items():

@@ -120,9 +120,9 @@ def test_the_provisioner_never_reaches_the_claim_layer():
 
 
 def test_claim_steps_do_not_import_each_other():
-    """bind, bound, release and the policy check share the run, writes and pure plans; only
+    """bind, bound, release, lease and the policy check share the run, writes and pure plans; only
     reconcile (which runs them in order) and the module glue import the steps."""
-    steps = {"bind", "bound", "release", "policy_check"}
+    steps = {"bind", "bound", "release", "lease", "policy_check"}
     for path in MODULE_UTILS.glob("_claims/io/*.py"):
         if path.stem in {"reconcile", "__init__"}:
             continue

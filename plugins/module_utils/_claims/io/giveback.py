@@ -1,0 +1,63 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Giving a host back clean: the release path of a deleted claim's host (release.py), an orphaned host's, and a
+host whose claim's lease ended (lease.py). I/O edge; see release.py for the order and why.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.release import scrubbed_spec
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
+    copied_secret_name,
+    recorded_copies,
+    refused_as_no_copy,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import RefusedError
+
+
+def give_back_clean(run, host: dict, claim: dict | None) -> dict:
+    """Delete our copies and scrub the host; once it is free again, clear its consumerRef."""
+    kube, check_mode = run.kube, run.check_mode
+    host_ns, host_name = binding.key(host)
+    result = {"changed": False}
+    # The copies the host records, each only if it still is the Secret we wrote (its uid): a Secret
+    # of a copy's name that we did not make is never deleted. Before the scrub, which drops the
+    # record: a run stopped in between deletes them again (gone: nothing to do) next time.
+    for role, record in sorted(recorded_copies(host).items()):
+        if not record["uid"]:
+            continue  # nothing proves the Secret of that name is ours
+        name = copied_secret_name(host_name, role)
+        result["changed"] = True
+        if not check_mode:
+            try:
+                kube.delete("v1", "Secret", name, host_ns, uid=record["uid"])
+            except RefusedError as error:  # labelled ours no more: not ours to delete
+                if not refused_as_no_copy(error.server_message):
+                    raise
+        shown = {"metadata": {"name": name, "namespace": host_ns, "uid": record["uid"]}}
+        run.record("Secret", shown, None, secret=True)
+    scrubbed = scrubbed_spec(host)
+    if scrubbed != host:
+        result["changed"] = True
+        before = host
+        if not check_mode:
+            host = kube.replace(scrubbed)
+        run.record("BareMetalHost", before, scrubbed)
+    waiting_for = binding.why_not_given_back(host)
+    if waiting_for:
+        result["state"] = "waiting"
+        result["message"] = f"waiting for BareMetalHost {host_ns}/{host_name} {waiting_for}"
+        if result["changed"] and claim is not None:
+            run.event(claim, "Normal", "Releasing", result["message"])
+        return result
+    released = copy.deepcopy(host)
+    released["spec"].pop("consumerRef", None)
+    result["changed"] = True
+    result["state"] = "released"
+    if not check_mode:
+        kube.replace(released)
+    run.record("BareMetalHost", host, released)
+    return result

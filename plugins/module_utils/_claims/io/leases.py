@@ -1,0 +1,72 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Each leased claim's lease in this run, decided once (lease_decisions, from the lists the run reads anyway) and
+shared by the steps: the lease step (lease.py) notes it and releases the host at its end, the bind step never binds
+an expired claim, the sync step never powers or images its host again. I/O edge over _claims/pure/lease.py.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_labels
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, lease
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+
+_DECISIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # run -> {claim key: (Decision, own hosts)}
+
+
+def now_of(run):
+    return lease.parse_time(run.timestamp)
+
+
+def _leased(claim: dict) -> bool:
+    return bool((claim.get("spec") or {}).get("lease") or (claim.get("status") or {}).get("lease"))
+
+
+def caps_of(policies: list[dict], namespace: str, labels_of: dict) -> dict:
+    """{infra namespace: cap} for a claim namespace (lease.caps)."""
+    _authorized, decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
+    return lease.caps(policies, decisions)
+
+
+def lease_decisions(run) -> dict:
+    """{claim key: (lease.Decision, the hosts naming the claim)} for the run's live leased claims, once per run."""
+    cached = _DECISIONS.get(run)
+    if cached is not None:
+        return cached
+    claims = [
+        c
+        for c in run.claims()
+        if _leased(c)
+        and not c["metadata"].get("deletionTimestamp")
+        and binding.claim_kind(c) == binding.DEFAULT_CLAIM_KIND
+    ]
+    found = {}
+    if claims:
+        now = now_of(run)
+        hosts = run.kube.list(API_VERSION, "BareMetalHost")
+        policies = run.kube.list(API_VERSION, "HostDeployPolicy")
+        labels_of = namespace_labels(run.kube)
+        for claim in claims:
+            own = sorted((h for h in hosts if binding.consumed_by(h, claim)), key=binding.key)
+            expired = bool(((claim.get("status") or {}).get("lease") or {}).get("expired"))
+            bound = bool(own) and (expired or binding.committed(claim, own[0]))
+            cap = None
+            if bound:
+                cap = caps_of(policies, claim["metadata"]["namespace"], labels_of).get(binding.key(own[0])[0], False)
+            found[binding.key(claim)] = (lease.decide(claim, bound, cap, now), own if bound else [])
+    _DECISIONS[run] = found
+    return found
+
+
+def decision(run, claim: dict):
+    """The claim's lease.Decision in this run, or None."""
+    entry = lease_decisions(run).get(binding.key(claim))
+    return entry[0] if entry else None
+
+
+def expired(run, claim: dict) -> bool:
+    found = decision(run, claim)
+    return found is not None and found.expired
