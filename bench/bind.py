@@ -35,7 +35,7 @@ def reconcile_run(kubeconfig: str, tenant: str, claims: int) -> tuple[float, dic
             Path(private),
             kubeconfig,
             playbook=str(REPO / "playbooks" / "reconcile.yml"),
-            extravars={"hostclaim_reconcile_claims": wanted},
+            extravars={"claims_list": wanted},
         )
         elapsed = time.perf_counter() - started
     summary = next((t for t in result.tasks if t["task"] == "Summarize"), {"msg": result.status})

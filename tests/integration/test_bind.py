@@ -181,7 +181,7 @@ def test_the_race_200_claims_50_hosts_4_concurrent_reconcile_runs(devenv, rack, 
         rack.host(f"h{index:02d}")
     for index in range(200):
         rack.claim(f"c{index:03d}")
-    extravars = {"hostclaim_reconcile_claims": rack.claim_args()}
+    extravars = {"claims_list": rack.claim_args()}
 
     def one_run(index: int):
         kubeconfig = devenv.kubeconfig("controller")

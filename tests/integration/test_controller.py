@@ -330,7 +330,7 @@ def test_the_installed_service_account_runs_the_controller(devenv, clients, rack
         tmp_path / "install",
         REPO_ROOT / "playbooks" / "install.yml",
         devenv.kubeconfig("admin"),
-        {"hostclaim_install_controller": True},
+        {"install_controller": True},
     )
     assert not any(r["failed"] for r in results), results
     deployment = rack.api("admin", "Deployment", "apps/v1").get(

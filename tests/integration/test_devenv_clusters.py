@@ -54,7 +54,7 @@ def test_up_clusters_2_wires_a_remote_claim_into_the_hardware_cluster(tmp_path):
             tmp_path / "run",
             REPO_ROOT / "playbooks" / "remote.yml",
             workload.kubeconfig("controller"),
-            {"hostclaim_remote_claims": [{"namespace": TENANT_NAMESPACE, "name": "far"}]},
+            {"remote_claims": [{"namespace": TENANT_NAMESPACE, "name": "far"}]},
         )
         assert not any(task["failed"] for task in tasks), tasks
         mirrored = (

@@ -323,10 +323,10 @@ def test_each_installed_side_may_hold_only_its_own_leases(devenv, tmp_path):
         REPO_ROOT / "playbooks" / "install.yml",
         devenv.kubeconfig("admin"),
         {
-            "hostclaim_install_crds": False,
-            "hostclaim_install_metal3_crds": False,
-            "hostclaim_install_controller": True,
-            "hostclaim_install_claims_shards": 2,
+            "install_crds": False,
+            "install_metal3_crds": False,
+            "install_controller": True,
+            "install_claims_shards": 2,
         },
     )
     failed = [

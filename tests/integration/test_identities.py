@@ -108,9 +108,9 @@ def test_the_installed_service_accounts_have_the_same_split(devenv, tmp_path):
         REPO_ROOT / "playbooks" / "install.yml",
         devenv.kubeconfig("admin"),
         {
-            "hostclaim_install_controller": True,
-            "hostclaim_install_infra_namespaces": [INFRA_NAMESPACE],
-            "hostclaim_install_tenant_namespaces": [TENANT_NS],
+            "install_controller": True,
+            "install_infra_namespaces": [INFRA_NAMESPACE],
+            "install_tenant_namespaces": [TENANT_NS],
         },
     )
     assert not any(r["failed"] for r in results), results

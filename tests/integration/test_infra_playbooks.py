@@ -71,8 +71,8 @@ def inventory(names: list[str]) -> dict:
     """The brief's inventory: one host with every field, one with only the required ones."""
     first, second = names
     return {
-        "hostclaim_hosts_namespace": INFRA,
-        "hostclaim_hosts": [
+        "hosts_namespace": INFRA,
+        "hosts_list": [
             {
                 "name": first,
                 "bmc": {
@@ -156,7 +156,7 @@ def test_state_absent_removes_host_and_secret(devenv, clients, host_names, tmp_p
     results = run_playbook(tmp_path / "register", REGISTER, kubeconfig, hosts)
     assert not any(r["failed"] for r in results)
     removed, kept = host_names
-    hosts["hostclaim_hosts"][0] = {"name": removed, "state": "absent"}  # no bmc needed to remove a host
+    hosts["hosts_list"][0] = {"name": removed, "state": "absent"}  # no bmc needed to remove a host
     results = run_playbook(tmp_path / "remove", REGISTER, kubeconfig, hosts)
     assert not any(r["failed"] for r in results), results
     assert get(clients, "BareMetalHost", removed) is None
@@ -188,7 +188,7 @@ def test_a_bound_host_is_not_removed_and_online_stays_the_claim_layers(devenv, c
     assert not any(r["failed"] for r in again), again
     assert get(clients, "BareMetalHost", minimal)["spec"]["online"] is True
 
-    hosts["hostclaim_hosts"] = [{"name": full, "state": "absent"}, {"name": minimal, "state": "absent"}]
+    hosts["hosts_list"] = [{"name": full, "state": "absent"}, {"name": minimal, "state": "absent"}]
     refused = run_playbook(tmp_path / "remove", REGISTER, kubeconfig, hosts)
     assert refused[-1]["failed"] is True
     assert refused[-1]["msg"] == (
@@ -208,12 +208,12 @@ def test_a_bound_host_is_not_removed_and_online_stays_the_claim_layers(devenv, c
 
 def test_missing_bmc_address_fails_naming_the_field(devenv, clients, host_names, tmp_path):
     hosts = inventory(host_names)
-    del hosts["hostclaim_hosts"][1]["bmc"]["address"]
+    del hosts["hosts_list"][1]["bmc"]["address"]
     result = run(tmp_path, devenv.kubeconfig("infra"), playbook=str(REGISTER), extravars=hosts)
     assert result.status == "failed"
     failed = result.tasks[-1]
     assert failed["failed"] is True
-    assert "missing required arguments: address found in hostclaim_hosts -> bmc" in failed["msg"]
+    assert "missing required arguments: address found in hosts_list -> bmc" in failed["msg"]
     assert_no_password(tmp_path, result.stdout)
     # Validation comes first: nothing was written, not even the valid host.
     assert all(get(clients, "BareMetalHost", name) is None for name in host_names)
@@ -238,7 +238,7 @@ def test_policy_playbook_creates_a_policy_that_admits_the_tenant(devenv, clients
         "hasLabels": [{"name": "metalclaim.io/role", "value": "tenant"}],
     }
     policies = {
-        "hostclaim_policies": [
+        "policy_list": [
             {
                 "name": name,
                 "namespace": INFRA,
@@ -272,7 +272,7 @@ def test_policy_playbook_creates_a_policy_that_admits_the_tenant(devenv, clients
     assert INFRA in a["authorized_namespaces"]
     assert {d["policy"]: d["reason"] for d in b["decisions"]}[f"{INFRA}/{name}"] == "NameNotListed"
 
-    policies["hostclaim_policies"][0] = {"name": name, "namespace": INFRA, "state": "absent"}
+    policies["policy_list"][0] = {"name": name, "namespace": INFRA, "state": "absent"}
     results = run_playbook(tmp_path / "remove", POLICY, kubeconfig, policies)
     assert not any(r["failed"] for r in results), results
     assert get(clients, "HostDeployPolicy", name) is None
@@ -281,7 +281,7 @@ def test_policy_playbook_creates_a_policy_that_admits_the_tenant(devenv, clients
 def test_invalid_name_matches_fails_before_anything_is_written(devenv, clients, policy_names, tmp_path):
     valid, invalid = policy_names
     policies = {
-        "hostclaim_policies": [
+        "policy_list": [
             {"name": valid, "namespace": INFRA, "hostclaimNamespaces": {"nameMatches": "team-.*"}},
             {"name": invalid, "namespace": INFRA, "hostclaimNamespaces": {"nameMatches": "team-(("}},
         ]
@@ -304,7 +304,7 @@ def test_invalid_metadata_copy_pattern_fails_before_anything_is_written(devenv, 
     valid, invalid = policy_names
     copy = {"labels": ["infra-kind", "rack-(["], "annotations": ["ok"]}
     policies = {
-        "hostclaim_policies": [
+        "policy_list": [
             {"name": valid, "namespace": INFRA, "hostclaimNamespaces": {}, "metadataCopy": {"labels": [".*"]}},
             {"name": invalid, "namespace": INFRA, "hostclaimNamespaces": {}, "metadataCopy": copy},
         ]
@@ -319,3 +319,77 @@ def test_invalid_metadata_copy_pattern_fails_before_anything_is_written(devenv, 
     ]
     assert get(clients, "HostDeployPolicy", valid) is None
     assert get(clients, "HostDeployPolicy", invalid) is None
+
+
+def test_the_deprecated_role_names_still_work_with_the_old_variables(
+    devenv, clients, host_names, policy_names, tmp_path
+):
+    """Issue 25: a playbook of the old names (roles hostclaim_hosts, hostclaim_policy, hostclaim_reconcile and their
+    variables) does what it did, warns once per role, and leaves what the new roles and names would write."""
+    import json
+
+    full, minimal = host_names
+    policy = policy_names[0]
+    old_hosts = {
+        "hostclaim_hosts_namespace": INFRA,
+        "hostclaim_hosts": [{**entry, "bmc": dict(entry["bmc"])} for entry in inventory(host_names)["hosts_list"]],
+    }
+    rule = {"names": [TENANT_A]}
+    controller = devenv.kubeconfig("controller")
+    play = {"hosts": "localhost", "gather_facts": False}
+    playbook = [
+        # The hosts' variables as an inventory of the old names gives them (-e @hosts.yml), the others as role vars.
+        {**play, "name": "hosts", "roles": ["metalclaim.hostclaim.hostclaim_hosts"]},
+        {
+            **play,
+            "name": "policy",
+            "roles": [
+                {
+                    "role": "metalclaim.hostclaim.hostclaim_policy",
+                    "vars": {"hostclaim_policies": [{"name": policy, "namespace": INFRA, "hostclaimNamespaces": rule}]},
+                }
+            ],
+        },
+        {
+            **play,
+            "name": "claims",
+            "environment": {"K8S_AUTH_KUBECONFIG": controller},
+            "roles": [
+                {
+                    "role": "metalclaim.hostclaim.hostclaim_reconcile",
+                    "vars": {"hostclaim_reconcile_claims": [{"namespace": TENANT_A, "name": f"absent-{policy}"}]},
+                }
+            ],
+            "post_tasks": [
+                {
+                    "name": "The result under its old name",
+                    "ansible.builtin.assert": {"that": ["hostclaim_reconcile_result.outcomes is defined"]},
+                }
+            ],
+        },
+    ]
+    project = tmp_path / "old" / "project"
+    project.mkdir(parents=True)
+    (project / "old.yml").write_text(json.dumps(playbook))
+    result = run(tmp_path / "old", devenv.kubeconfig("infra"), playbook="old.yml", extravars=old_hosts)
+    assert result.status == "successful", result.stdout
+    assert_no_password(tmp_path / "old", result.stdout)
+    warnings = [t["msg"] for t in result.tasks if t["task"] == "Warn that this role is deprecated"]
+    assert len(warnings) == 3
+    assert "metalclaim.hostclaim.hostclaim_hosts is renamed metalclaim.hostclaim.hosts" in warnings[0]
+    assert "metalclaim.hostclaim.hostclaim_policy is renamed metalclaim.hostclaim.policy" in warnings[1]
+    assert "metalclaim.hostclaim.hostclaim_reconcile is renamed metalclaim.hostclaim.claims" in warnings[2]
+
+    # What the old names wrote is what the new ones write: applying the new names changes nothing.
+    assert get(clients, "BareMetalHost", full)["spec"]["bootMACAddress"] == "52:54:00:07:00:01"
+    assert get(clients, "Secret", f"{minimal}-bmc-secret", "v1") is not None
+    assert get(clients, "HostDeployPolicy", policy)["spec"] == {"hostclaimNamespaces": rule}
+    again = run(tmp_path / "new", devenv.kubeconfig("infra"), playbook=str(REGISTER), extravars=inventory(host_names))
+    assert again.status == "successful", again.stdout
+    assert [t["task"] for t in again.tasks if t.get("changed")] == []
+    new_policy = {"policy_list": [{"name": policy, "namespace": INFRA, "hostclaimNamespaces": rule}]}
+    assert [
+        r["task"]
+        for r in run_playbook(tmp_path / "policy", POLICY, devenv.kubeconfig("infra"), new_policy)
+        if r.get("changed")
+    ] == []

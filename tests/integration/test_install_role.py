@@ -1,4 +1,4 @@
-"""playbooks/install.yml (role metalclaim.hostclaim.hostclaim_install) on the real API server."""
+"""playbooks/install.yml (role metalclaim.hostclaim.install) on the real API server."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_install_is_idempotent_for_a_cluster_admin(devenv, tmp_path):
 
 
 def test_install_can_leave_metal3_crds_to_metal3(devenv, tmp_path):
-    results = run_playbook(tmp_path, PLAYBOOK, devenv.kubeconfig("admin"), {"hostclaim_install_metal3_crds": False})
+    results = run_playbook(tmp_path, PLAYBOOK, devenv.kubeconfig("admin"), {"install_metal3_crds": False})
     applied = [item["item"] for r in results for item in r.get("results", []) if r["task"].startswith("Apply the CRDs")]
     assert applied == [
         "metal3.io_hostclaims.yaml",
@@ -76,13 +76,13 @@ def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
             for i in r.get("results", [])
             if r["task"].startswith("Leave the CRDs") and not i.get("skipped")
         ]
-        assert bmh in notice["msg"] and "hostclaim_install_metal3_crds_take_over=true" in notice["msg"]
+        assert bmh in notice["msg"] and "install_metal3_crds_take_over=true" in notice["msg"]
 
         told = run_playbook(
             tmp_path / "take-over",
             PLAYBOOK,
             devenv.kubeconfig("admin"),
-            {"hostclaim_install_metal3_crds_take_over": True},
+            {"install_metal3_crds_take_over": True},
         )
         assert not any(r["failed"] for r in told), told
         assert "metal3.io_baremetalhosts.yaml" in _applied_crds(told)
@@ -93,5 +93,5 @@ def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
             tmp_path / "restore",
             PLAYBOOK,
             devenv.kubeconfig("admin"),
-            {"hostclaim_install_metal3_crds_take_over": True},
+            {"install_metal3_crds_take_over": True},
         )

@@ -34,7 +34,7 @@ def reconcile(devenv, tmp_path, keys: list[tuple[str, str]], name: str) -> tuple
     controller reads them)."""
     refs = [{"namespace": ns, "name": claim} for ns, claim in keys]
     tasks = run_playbook(
-        tmp_path / name, PLAYBOOK, devenv.kubeconfig("controller"), {"hostclaim_reconcile_claims": refs}
+        tmp_path / name, PLAYBOOK, devenv.kubeconfig("controller"), {"claims_list": refs}
     )
     by_name = {t["task"]: t for t in tasks}
     result = by_name[RECONCILE]

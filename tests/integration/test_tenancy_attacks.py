@@ -155,7 +155,7 @@ def test_without_its_configmap_the_guard_holds_metalclaims_service_accounts(
 
 
 def test_extra_identities_of_the_configmap_are_held_too(clients, devenv, rack):
-    """The ConfigMap still adds identities (the install role's hostclaim_install_tenancy_users)."""
+    """The ConfigMap still adds identities (the install role's install_tenancy_users)."""
     user = f"tenancy-extra-{uuid.uuid4().hex[:6]}"
     configmaps = api(clients, "ConfigMap")
     users = configmaps.get(name=PARAMS[1], namespace=PARAMS[0]).data["users"]
@@ -208,8 +208,8 @@ def test_the_guard_and_its_extra_policy_say_the_same_rule():
         "listed-in-the-configmap",
     ]
     # The identities the guard names itself are the install role's defaults and the devenv's tenants side.
-    defaults = yaml.safe_load((REPO_ROOT / "roles/hostclaim_install/defaults/main.yml").read_text())
-    for user in defaults["hostclaim_install_tenancy_users"]:
+    defaults = yaml.safe_load((REPO_ROOT / "roles/install/defaults/main.yml").read_text())
+    for user in defaults["install_tenancy_users"]:
         assert f"'{user}'" in guard["matchConditions"][0]["expression"]
         assert f"'{user}'" in extra["matchConditions"][0]["expression"]  # held once, by the guard
     bindings = {

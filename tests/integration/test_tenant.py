@@ -29,7 +29,7 @@ def tenant_manifest(name: str, **spec) -> dict:
 
 
 def onboard(devenv, tmp_path, run: str, **extravars) -> dict:
-    extravars.setdefault("tenant_claim_side_subjects", CLAIM_SIDE)
+    extravars.setdefault("tenancy_claim_side_subjects", CLAIM_SIDE)
     tasks = run_playbook(tmp_path / run, PLAYBOOK, devenv.kubeconfig("admin"), extravars)
     return {t["task"]: t for t in tasks}
 
@@ -66,7 +66,7 @@ def tenants(clients, devenv, tmp_path):
     for attempt in range(10):
         if not any(read_tenant(clients, name) for name in names):
             break
-        onboard(devenv, tmp_path, f"cleanup-{attempt}", tenant_names=names)
+        onboard(devenv, tmp_path, f"cleanup-{attempt}", tenancy_names=names)
 
 
 def test_onboarding_from_a_yaml_file(devenv, clients, tenants, tmp_path):
@@ -76,7 +76,7 @@ def test_onboarding_from_a_yaml_file(devenv, clients, tenants, tmp_path):
     )
     source = tmp_path / "tenant.yaml"
     source.write_text(yaml.safe_dump(manifest))
-    first = onboard(devenv, tmp_path, "first", tenant_src=str(source))
+    first = onboard(devenv, tmp_path, "first", tenancy_src=str(source))
     assert not first[RECONCILE]["failed"], first[RECONCILE]
     children = [f"{name}-slurm", f"{name}-user"]
 
@@ -95,7 +95,7 @@ def test_onboarding_from_a_yaml_file(devenv, clients, tenants, tmp_path):
     assert ("HostDeployPolicy", "infrahost", f"tenant-{name}") in listed and len(listed) == 9
 
     # Idempotent: a second run (the manifest applied again too) writes nothing.
-    second = onboard(devenv, tmp_path, "second", tenant_src=str(source))
+    second = onboard(devenv, tmp_path, "second", tenancy_src=str(source))
     assert second[RECONCILE]["writes"] == 0, second[RECONCILE]["tenants"]
     assert read_tenant(clients, name)["metadata"]["resourceVersion"] == tenant["metadata"]["resourceVersion"]
 
@@ -143,7 +143,7 @@ def test_onboarding_from_a_yaml_file(devenv, clients, tenants, tmp_path):
     # then the policy; nothing of the tenant's is left.
     api(clients, "Tenant", TENANCY).delete(name=name)
     for attempt in range(8):
-        onboard(devenv, tmp_path, f"delete-{attempt}", tenant_names=[name])
+        onboard(devenv, tmp_path, f"delete-{attempt}", tenancy_names=[name])
         if read_tenant(clients, name) is None:
             break
         assert read_tenant(clients, name)["status"]["state"] == "Deleting"
@@ -167,7 +167,7 @@ def test_refused_specs_write_nothing_and_say_which_field(devenv, clients, tenant
         tenant_manifest(missing_pool, childNamespaces=["ok"], hostPools=[{"namespace": "no-such-pool"}]),
     ]
     try:
-        run = onboard(devenv, tmp_path, "refused", tenant_definitions=manifests, tenant_fail_on_refusal=False)
+        run = onboard(devenv, tmp_path, "refused", tenancy_definitions=manifests, tenancy_fail_on_refusal=False)
         assert not run[RECONCILE]["failed"]
         expected = {
             taken: ("NamespaceOwnedElsewhere", "spec.childNamespaces[1]"),
@@ -186,7 +186,7 @@ def test_refused_specs_write_nothing_and_say_which_field(devenv, clients, tenant
         assert read_tenant(clients, unprefixed)["status"]["state"] == "Deployed"
 
         # The site's required prefix (TAPMS's namespace manager's): the playbook fails, naming the field.
-        prefixed = onboard(devenv, tmp_path, "prefix", tenant_names=[unprefixed], tenant_required_prefix="vcluster-")
+        prefixed = onboard(devenv, tmp_path, "prefix", tenancy_names=[unprefixed], tenancy_required_prefix="vcluster-")
         failure = prefixed["Fail on a refused Tenant"]
         assert failure["failed"] and "spec.tenantName" in failure["msg"] and "vcluster-" in failure["msg"]
         refused = condition(read_tenant(clients, unprefixed), "Accepted")
@@ -214,7 +214,7 @@ def test_an_exclusive_host_is_never_bound_to_another_tenant(devenv, clients, ten
         devenv,
         tmp_path,
         "exclusive",
-        tenant_definitions=[
+        tenancy_definitions=[
             tenant_manifest(owner, childNamespaces=["w"], hostPools=pool, exclusiveHosts=exclusive),
             tenant_manifest(other, childNamespaces=["w"], hostPools=pool),
         ],
@@ -237,8 +237,8 @@ def test_an_exclusive_host_is_never_bound_to_another_tenant(devenv, clients, ten
         devenv,
         tmp_path,
         "rival",
-        tenant_definitions=[tenant_manifest(rival, childNamespaces=["w"], hostPools=pool, exclusiveHosts=exclusive)],
-        tenant_fail_on_refusal=False,
+        tenancy_definitions=[tenant_manifest(rival, childNamespaces=["w"], hostPools=pool, exclusiveHosts=exclusive)],
+        tenancy_fail_on_refusal=False,
     )
     accepted = condition(read_tenant(clients, rival), "Accepted")
     assert (accepted["status"], accepted["reason"]) == ("False", "ExclusiveHostTaken")
@@ -259,7 +259,7 @@ def test_a_tenant_at_its_bound_host_limit_waits_until_one_of_its_hosts_is_releas
         devenv,
         tmp_path,
         "limited",
-        tenant_definitions=[
+        tenancy_definitions=[
             tenant_manifest(name, childNamespaces=["a", "b"], hostPools=pool, quota={"maxBoundHosts": 1}),
             tenant_manifest(other, childNamespaces=["a"], hostPools=pool),
         ],
@@ -290,7 +290,7 @@ def test_a_tenant_at_its_bound_host_limit_waits_until_one_of_its_hosts_is_releas
         devenv,
         tmp_path,
         "lifted",
-        tenant_definitions=[tenant_manifest(name, childNamespaces=["a", "b"], hostPools=pool)],
+        tenancy_definitions=[tenant_manifest(name, childNamespaces=["a", "b"], hostPools=pool)],
     )
     for child in ("a", "b"):
         labels = api(clients, "Namespace").get(name=f"{name}-{child}").to_dict()["metadata"]["labels"]
@@ -309,7 +309,7 @@ def test_a_host_pool_selector_narrows_the_tenants_claims_to_the_hosts_it_selects
         devenv,
         tmp_path,
         "narrowed",
-        tenant_definitions=[tenant_manifest(name, childNamespaces=["a"], hostPools=narrowed)],
+        tenancy_definitions=[tenant_manifest(name, childNamespaces=["a"], hostPools=narrowed)],
     )
     namespace = f"{name}-a"
     rack.claim("first", namespace=namespace, identity="admin")
@@ -327,7 +327,7 @@ def test_a_host_pool_selector_narrows_the_tenants_claims_to_the_hosts_it_selects
     # The selector lifted: the namespace's annotation goes, and the waiting claim binds the other host.
     whole = [{"namespace": rack.namespace}]
     onboard(
-        devenv, tmp_path, "whole", tenant_definitions=[tenant_manifest(name, childNamespaces=["a"], hostPools=whole)]
+        devenv, tmp_path, "whole", tenancy_definitions=[tenant_manifest(name, childNamespaces=["a"], hostPools=whole)]
     )
     annotations = api(clients, "Namespace").get(name=namespace).to_dict()["metadata"].get("annotations") or {}
     assert "tenancy.metalclaim.io/host-pools" not in annotations

@@ -181,8 +181,8 @@ def tenants(clients, devenv, tmp_path):
 
 
 def playbook(devenv, tmp_path, run: str, **extravars) -> dict:
-    extravars.setdefault("tenant_claim_side_subjects", CLAIM_SIDE)
-    extravars.setdefault("tenant_fail_on_refusal", False)
+    extravars.setdefault("tenancy_claim_side_subjects", CLAIM_SIDE)
+    extravars.setdefault("tenancy_fail_on_refusal", False)
     tasks = run_playbook(tmp_path / run, PLAYBOOK, devenv.kubeconfig("admin"), extravars)
     result = {t["task"]: t for t in tasks}["Reconcile the Tenants"]
     assert not result["failed"], result
@@ -260,7 +260,7 @@ def test_a_blocking_hook_stops_create_update_and_delete_until_it_answers_200(
     source.write_text(json.dumps(manifest(name, [gate, notify])))
 
     # CREATE refused: nothing of the tenant exists, the status says which hook and why.
-    result = playbook(devenv, tmp_path, "create-refused", tenant_src=str(source))
+    result = playbook(devenv, tmp_path, "create-refused", tenancy_src=str(source))
     tenant = read_tenant(clients, name)
     hooks_condition = condition(tenant, "Hooks")
     assert tenant["status"]["state"] == "New"
@@ -285,7 +285,7 @@ def test_a_blocking_hook_stops_create_update_and_delete_until_it_answers_200(
     assert within["tenants"][0]["reason"] == "HookRefused" and within["tenants"][0]["requeue_after"] > 0
     server.answers["/gate"] = 200
     wait_for_next_ask(clients, name)
-    playbook(devenv, tmp_path, "create-allowed", tenant_names=[name])
+    playbook(devenv, tmp_path, "create-allowed", tenancy_names=[name])
     tenant = read_tenant(clients, name)
     assert tenant["status"]["state"] == "Deployed" and owned_namespaces(clients, name) == [f"{name}-work"]
     assert (condition(tenant, "Hooks")["reason"], condition(tenant, "Ready")["status"]) == ("HooksDelivered", "True")
@@ -295,7 +295,7 @@ def test_a_blocking_hook_stops_create_update_and_delete_until_it_answers_200(
     assert told["body"]["tenantSpec"]["state"] == "Deployed"  # told after the change
     assert tenant["status"]["hooks"]["pending"] == []
     # Settled: a run asks and tells nobody and writes nothing.
-    settled = playbook(devenv, tmp_path, "settled", tenant_names=[name])
+    settled = playbook(devenv, tmp_path, "settled", tenancy_names=[name])
     assert settled["writes"] == 0 and settled["hook_requests"] == 0
 
     # UPDATE refused: the new child namespace is not made, the tenant stays Deployed as it was.
@@ -303,13 +303,13 @@ def test_a_blocking_hook_stops_create_update_and_delete_until_it_answers_200(
     api(clients, "Tenant", TENANCY).patch(
         body={"spec": {"childNamespaces": ["work", "more"]}}, name=name, content_type="application/merge-patch+json"
     )
-    playbook(devenv, tmp_path, "update-refused", tenant_names=[name])
+    playbook(devenv, tmp_path, "update-refused", tenancy_names=[name])
     tenant = read_tenant(clients, name)
     assert tenant["status"]["state"] == "Deployed" and owned_namespaces(clients, name) == [f"{name}-work"]
     assert condition(tenant, "Hooks")["message"] == "blocking hook 'gate' refused UPDATE: answered 403: change freeze"
     server.answers["/gate"] = 200
     wait_for_next_ask(clients, name)
-    playbook(devenv, tmp_path, "update-allowed", tenant_names=[name])
+    playbook(devenv, tmp_path, "update-allowed", tenancy_names=[name])
     assert owned_namespaces(clients, name) == [f"{name}-more", f"{name}-work"]
     assert server.events("/gate")[-1] == "UPDATE" and server.events("/notify") == ["CREATE", "UPDATE"]
     assert server.at("/notify")[-1]["body"]["tenantSpec"]["childNamespaces"] == ["work", "more"]
@@ -317,7 +317,7 @@ def test_a_blocking_hook_stops_create_update_and_delete_until_it_answers_200(
     # DELETE refused: nothing is removed (namespaces, finalizer), the Deletion condition says which hook and why.
     server.answers["/gate"] = (503, b"tenant still billed", {})
     api(clients, "Tenant", TENANCY).delete(name=name)
-    playbook(devenv, tmp_path, "delete-refused", tenant_names=[name])
+    playbook(devenv, tmp_path, "delete-refused", tenancy_names=[name])
     tenant = read_tenant(clients, name)
     deletion = condition(tenant, "Deletion")
     assert tenant["status"]["state"] == "Deleting"
@@ -330,7 +330,7 @@ def test_a_blocking_hook_stops_create_update_and_delete_until_it_answers_200(
     server.answers["/gate"] = 200
     wait_for_next_ask(clients, name)
     for attempt in range(20):
-        playbook(devenv, tmp_path, f"delete-{attempt}", tenant_names=[name])
+        playbook(devenv, tmp_path, f"delete-{attempt}", tenancy_names=[name])
         if read_tenant(clients, name) is None:
             break
         time.sleep(1)

@@ -529,9 +529,9 @@ def test_finalizer_parameters_default_to_the_controller_and_break_glass():
     [params] = admission_docs("finalizer_params.yaml")
     controller_users = ["metalclaim-controller", "system:serviceaccount:metalclaim-system:metalclaim-controller"]
     assert params["data"] == {"users": "".join(f"{u}\n" for u in controller_users), "groups": "system:masters\n"}
-    defaults = yaml.safe_load((REPO / "roles" / "hostclaim_install" / "defaults" / "main.yml").read_text())
-    assert defaults["hostclaim_install_finalizer_users"] == controller_users
-    assert defaults["hostclaim_install_finalizer_groups"] == ["system:masters"]
+    defaults = yaml.safe_load((REPO / "roles" / "install" / "defaults" / "main.yml").read_text())
+    assert defaults["install_finalizer_users"] == controller_users
+    assert defaults["install_finalizer_groups"] == ["system:masters"]
 
 
 def test_the_claim_layer_names_the_secret_policies_and_their_label():

@@ -7,7 +7,7 @@
   says) renders every object as config/default does with nothing but the namespace changed: no value still names
   metalclaim-system (admission parameters, the policies' user names, paramRefs), none is mangled;
 * config/components/namespace-bindings renders, for the namespaces a kustomization names, the Secret RoleBindings
-  the install role grants for hostclaim_install_infra_namespaces / _tenant_namespaces;
+  the install role grants for install_infra_namespaces / _tenant_namespaces;
 * config/samples/overlay renders the lot, and follows its controller's namespace into the bindings' subjects.
 
 kubectl is the devenv's (built by `make controlplane`, ~/.cache/metalclaim) or the one on PATH; without either
@@ -310,7 +310,7 @@ def test_the_admission_parameters_follow_the_namespace(other_namespace_text):
 
 def _install_role_grants() -> dict[str, set[tuple[str, str]]]:
     """{infra|tenant: {(ClusterRole, ServiceAccount)}}: what the install role binds in each such namespace."""
-    tasks = yaml.safe_load((REPO / "roles" / "hostclaim_install" / "tasks" / "main.yml").read_text())
+    tasks = yaml.safe_load((REPO / "roles" / "install" / "tasks" / "main.yml").read_text())
     task = next(t for t in tasks if t.get("name", "").startswith("Bind the controller's sides to their Secret"))
     return {
         side: {(grant["role"], grant["account"]) for grant in task["vars"][f"_{side}_roles"]}

@@ -107,13 +107,13 @@ def test_the_guard_lets_the_claim_side_write_every_field_the_claim_layer_writes_
 
 
 def test_the_guards_hold_the_shipped_identities_and_the_install_role_adds_its_own():
-    defaults = yaml.safe_load((REPO / "roles/hostclaim_install/defaults/main.yml").read_text())
+    defaults = yaml.safe_load((REPO / "roles/install/defaults/main.yml").read_text())
     hosts, leases = variables("host_fields_policy.yaml"), variables("lease_policy.yaml")
-    claim_side = defaults["hostclaim_install_claim_side_users"]
+    claim_side = defaults["install_claim_side_users"]
     assert quoted(hosts["claimSideUsers"]) == quoted(leases["claimSideUsers"]) == claim_side
-    assert quoted(hosts["tenancySideUsers"]) == defaults["hostclaim_install_tenancy_users"]
-    assert quoted(leases["provisionerSideUsers"]) == defaults["hostclaim_install_provisioner_users"]
-    tasks = (REPO / "roles/hostclaim_install/tasks/main.yml").read_text()
+    assert quoted(hosts["tenancySideUsers"]) == defaults["install_tenancy_users"]
+    assert quoted(leases["provisionerSideUsers"]) == defaults["install_provisioner_users"]
+    tasks = (REPO / "roles/install/tasks/main.yml").read_text()
     for policy in (hosts, leases):
         extra = [name for name in policy if name.endswith("ExtraUsers")]
         assert list(policy)[: len(extra)] == extra and all(policy[name] == "[]" for name in extra)

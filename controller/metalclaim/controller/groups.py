@@ -15,10 +15,10 @@ from . import collection
 from .mapper import CLAIM, HOST, REMOTE, TENANT
 
 COLLECTION = "metalclaim.hostclaim"
-# Role variables of hostclaim_reconcile the controller sets: its step runs in ansible-playbook's process (the action
+# Role variables of the claims role the controller sets: its step runs in ansible-playbook's process (the action
 # plugin, no module process), and a standby run's socket and token (see standby.py).
-IN_PROCESS_VAR = "hostclaim_reconcile_in_process"
-STANDBY_VAR = "hostclaim_reconcile_standby"
+IN_PROCESS_VAR = "claims_in_process"
+STANDBY_VAR = "claims_standby"
 
 
 @dataclass(frozen=True)
@@ -55,32 +55,32 @@ def _set(**options) -> dict:
 
 
 def _remote_options(settings) -> dict:
-    return _set(hostclaim_remote_allowed_namespaces=list(settings.remote_allowed_namespaces))
+    return _set(remote_allowed_namespaces=list(settings.remote_allowed_namespaces))
 
 
 def _tenant_options(settings) -> dict:
     return {
-        "tenant_fail_on_refusal": False,  # a refusal is the Tenant's status, not a run to retry
-        "tenant_claim_side_subjects": [settings.tenant_claim_side],
-        "tenant_required_prefix": settings.tenant_required_prefix,
+        "tenancy_fail_on_refusal": False,  # a refusal is the Tenant's status, not a run to retry
+        "tenancy_claim_side_subjects": [settings.tenant_claim_side],
+        "tenancy_required_prefix": settings.tenant_required_prefix,
     }
 
 
 def _provision_options(settings) -> dict:
     return _set(
-        hostclaim_provision_deploy_iso_url=settings.deploy_iso_url,
-        hostclaim_provision_media_dir=settings.media_dir,
-        hostclaim_provision_media_url=settings.media_url,
-        hostclaim_provision_max_concurrent=settings.provision_max_concurrent,
-        hostclaim_provision_callback_timeout=settings.provision_callback_timeout,
-        hostclaim_provision_power_poll_interval=settings.provision_power_poll_interval,
-        hostclaim_provision_cleaning_erase=settings.provision_cleaning_erase,
+        provisioner_deploy_iso_url=settings.deploy_iso_url,
+        provisioner_media_dir=settings.media_dir,
+        provisioner_media_url=settings.media_url,
+        provisioner_max_concurrent=settings.provision_max_concurrent,
+        provisioner_callback_timeout=settings.provision_callback_timeout,
+        provisioner_power_poll_interval=settings.provision_power_poll_interval,
+        provisioner_cleaning_erase=settings.provision_cleaning_erase,
     )
 
 
 GROUPS = {
-    CLAIM: Group("reconcile", "hostclaim_reconcile", "hostclaim_reconcile_claims", in_process=True, standby=True),
-    REMOTE: Group("remote", "hostclaim_remote", "hostclaim_remote_claims", options=_remote_options),
-    TENANT: Group("tenant", "tenant_reconcile", "tenant_names", by_name=True, options=_tenant_options),
-    HOST: Group("provision", "bmh_redfish", "hostclaim_provision_hosts", options=_provision_options),
+    CLAIM: Group("reconcile", "hostclaim_reconcile", "claims_list", in_process=True, standby=True),
+    REMOTE: Group("remote", "hostclaim_remote", "remote_claims", options=_remote_options),
+    TENANT: Group("tenant", "tenant_reconcile", "tenancy_names", by_name=True, options=_tenant_options),
+    HOST: Group("provision", "bmh_redfish", "provisioner_hosts", options=_provision_options),
 }

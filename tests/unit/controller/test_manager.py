@@ -17,21 +17,21 @@ def test_a_provision_batch_names_its_hosts_and_passes_only_the_options_set():
     assert playbook.endswith("provision.yml")
     # Unset options leave the role's defaults (one source for each default).
     assert extravars == {
-        "hostclaim_provision_hosts": [{"namespace": "infra", "name": "h1"}, {"namespace": "infra", "name": "h2"}]
+        "provisioner_hosts": [{"namespace": "infra", "name": "h1"}, {"namespace": "infra", "name": "h2"}]
     }
     settings = Settings(
         provision_max_concurrent=3, deploy_iso_url="http://127.0.0.1:1/deploy.iso", provision_callback_timeout=90
     )
     extravars = run_of("host", HOSTS, settings)[1]
-    assert extravars["hostclaim_provision_max_concurrent"] == 3
-    assert extravars["hostclaim_provision_deploy_iso_url"] == "http://127.0.0.1:1/deploy.iso"
-    assert extravars["hostclaim_provision_callback_timeout"] == 90
+    assert extravars["provisioner_max_concurrent"] == 3
+    assert extravars["provisioner_deploy_iso_url"] == "http://127.0.0.1:1/deploy.iso"
+    assert extravars["provisioner_callback_timeout"] == 90
 
 
 def test_the_cleaning_erase_flag_reaches_the_provision_role_only_when_set():
-    assert "hostclaim_provision_cleaning_erase" not in run_of("host", HOSTS, Settings())[1]
+    assert "provisioner_cleaning_erase" not in run_of("host", HOSTS, Settings())[1]
     extravars = run_of("host", HOSTS, Settings(provision_cleaning_erase="full"))[1]
-    assert extravars["hostclaim_provision_cleaning_erase"] == "full"
+    assert extravars["provisioner_cleaning_erase"] == "full"
     args = cli.parser().parse_args(["--provision-cleaning-erase", "metadata"])
     assert args.provision_cleaning_erase == "metadata"
 
@@ -54,12 +54,12 @@ def test_a_tenant_batch_names_its_tenants_and_the_claim_side():
     playbook, extravars = run_of("tenant", [("tenant", "", "blue"), ("tenant", "", "green")], Settings())
     assert playbook.endswith("tenant.yml")
     assert extravars == {
-        "tenant_names": ["blue", "green"],
-        "tenant_fail_on_refusal": False,
-        "tenant_claim_side_subjects": [
+        "tenancy_names": ["blue", "green"],
+        "tenancy_fail_on_refusal": False,
+        "tenancy_claim_side_subjects": [
             {"kind": "ServiceAccount", "namespace": "metalclaim-system", "name": "metalclaim-controller"}
         ],
-        "tenant_required_prefix": "",
+        "tenancy_required_prefix": "",
     }
     for group in GROUPS:
         run_of(group, [(group, "ns", "name")], Settings())
@@ -115,11 +115,11 @@ def test_a_remote_batch_runs_the_remote_playbook_with_its_claims():
     playbook, extravars = run_of("remote", keys, Settings(kinds=("remote",)))
     assert playbook.endswith("remote.yml")
     assert extravars == {
-        "hostclaim_remote_claims": [{"namespace": "tenant-a", "name": "r1"}, {"namespace": "tenant-b", "name": "r2"}]
+        "remote_claims": [{"namespace": "tenant-a", "name": "r1"}, {"namespace": "tenant-b", "name": "r2"}]
     }
     settings = Settings(kinds=("remote",), remote_allowed_namespaces=("hw-.*", "shared"))
     extravars = run_of("remote", keys, settings)[1]
-    assert extravars["hostclaim_remote_allowed_namespaces"] == ["hw-.*", "shared"]
+    assert extravars["remote_allowed_namespaces"] == ["hw-.*", "shared"]
 
 
 def test_an_unknown_kind_is_a_flag_error(capsys):

@@ -122,7 +122,7 @@ def test_a_standby_whose_start_fails_leaves_the_batch_cold_and_backs_off(tmp_pat
     assert standby.hand_over([{"namespace": "t", "name": "c1"}]) is None
     assert [e for e, _f in logs] == ["standby_failed"]
     cold = standby.free_runner()
-    assert cold.run("reconcile.yml", {"hostclaim_reconcile_claims": []}).status == "failed"
+    assert cold.run("reconcile.yml", {"claims_list": []}).status == "failed"
     started = len(a.submitted) + len(b.submitted)
     standby.maintain()  # within the backoff: no new standby
     assert len(a.submitted) + len(b.submitted) == started

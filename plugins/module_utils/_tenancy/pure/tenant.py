@@ -45,7 +45,7 @@ RBAC_VERSION = "rbac.authorization.k8s.io/v1"
 TENANT_CLUSTER_ROLE = "metalclaim-tenant"
 ADMIN_BINDING = "metalclaim-tenant-admin"
 # The claim side reads the Secrets claims reference (config/rbac/tenant_secrets_reader_role.yaml; the install
-# role's binding of the same name in its hostclaim_install_tenant_namespaces).
+# role's binding of the same name in its install_tenant_namespaces).
 CLAIM_SIDE_CLUSTER_ROLE = "metalclaim-tenant-secrets-reader"
 CLAIM_SIDE_BINDING = "metalclaim-tenant-secrets-reader"
 QUOTA_NAME = "metalclaim-tenant"
