@@ -9,6 +9,11 @@ module: hostclaim_bind
 short_description: Bind HostClaims to free, matching, authorized BareMetalHosts
 version_added: 0.1.0
 description:
+  - "One step of the claim layer, run alone: binding claims to hosts. For debugging that step, or a playbook of your
+    own that wants only it (in check mode with C(--diff), it previews which host each waiting claim would get). No
+    role uses this module: the C(metalclaim.hostclaim.claims) role (and the controller) runs the four steps
+    (release, bind, secrets, sync) in one task with M(metalclaim.hostclaim.hostclaim_reconcile), which lists each
+    kind once for the whole batch."
   - For each HostClaim (those in O(claims), or all), finds its BareMetalHost or binds it to one and
     reports the outcome in the claim's C(status) (C(hardwareData), C(hostUID), the C(Association)
     and C(Ready) conditions) and as Kubernetes Events on the claim.

@@ -9,6 +9,11 @@ module: hostclaim_release
 short_description: Release the BareMetalHosts of deleted HostClaims, cleaned, then let the claims go
 version_added: 0.1.0
 description:
+  - "One step of the claim layer, run alone: releasing the hosts of deleted claims. For debugging that step, or a
+    playbook of your own that wants only it (it drains the claims being deleted without binding new ones). No role
+    uses this module: the C(metalclaim.hostclaim.claims) role (and the controller) runs the four steps (release,
+    bind, secrets, sync) in one task with M(metalclaim.hostclaim.hostclaim_reconcile), which lists each kind once
+    for the whole batch."
   - For each HostClaim being deleted that carries the C(metal3.io/hostclaim) finalizer (those in
     O(claims), or all), releases its BareMetalHost in this order.
   - First, the copied Secrets C(<host>-userdata), C(<host>-metadata) and C(<host>-networkdata) that the

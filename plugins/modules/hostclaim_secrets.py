@@ -9,6 +9,10 @@ module: hostclaim_secrets
 short_description: Copy bound HostClaims' userData, metaData and networkData Secrets beside their hosts
 version_added: 0.1.0
 description:
+  - "One step of the claim layer, run alone: copying claims' data Secrets beside their hosts. For debugging that
+    step, or a playbook of your own that wants only it. No role uses this module: the C(metalclaim.hostclaim.claims)
+    role (and the controller) runs the four steps (release, bind, secrets, sync) in one task with
+    M(metalclaim.hostclaim.hostclaim_reconcile), which lists each kind once for the whole batch."
   - For each bound HostClaim (those in O(claims), or all), copies the Secrets named by C(spec.userData),
     C(spec.metaData) and C(spec.networkData) into the namespace of the claim's BareMetalHost as
     C(<host>-userdata), C(<host>-metadata) and C(<host>-networkdata). The host owns the copies

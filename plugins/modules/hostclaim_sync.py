@@ -9,6 +9,10 @@ module: hostclaim_sync
 short_description: Apply bound HostClaims' online, image and reboot requests to their hosts, and report back
 version_added: 0.1.0
 description:
+  - "One step of the claim layer, run alone: applying claims' requests to their hosts and reporting back. For
+    debugging that step, or a playbook of your own that wants only it. No role uses this module: the
+    C(metalclaim.hostclaim.claims) role (and the controller) runs the four steps (release, bind, secrets, sync) in
+    one task with M(metalclaim.hostclaim.hostclaim_reconcile), which lists each kind once for the whole batch."
   - "Claim to host: C(spec.online) (alias C(poweredOn)) becomes the host's C(online). C(spec.image) is set
     on a host that has none, and removing it deprovisions the host while the claim stays bound. A new
     image URL for a host that is provisioning or provisioned is not applied: remove the image, wait
