@@ -298,6 +298,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     provision,
     validate,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import defaults
 
 ARGUMENT_SPEC = dict(
     hosts=dict(
@@ -310,12 +311,12 @@ ARGUMENT_SPEC = dict(
     media_dir=dict(type="path"),
     media_url=dict(type="str"),
     max_concurrent=dict(type="int", default=20),
-    power_off_timeout=dict(type="float", default=60),
-    callback_timeout=dict(type="float", default=1800),
-    power_poll_interval=dict(type="float", default=60),
-    cleaning_erase=dict(type="str", choices=["metadata", "full"], default="metadata"),
-    backoff_base=dict(type="float", default=10),
-    backoff_cap=dict(type="float", default=600),
+    power_off_timeout=dict(type="float", default=defaults.POWER_OFF_TIMEOUT),
+    callback_timeout=dict(type="float", default=defaults.CALLBACK_TIMEOUT),
+    power_poll_interval=dict(type="float", default=defaults.POWER_POLL_INTERVAL),
+    cleaning_erase=dict(type="str", choices=["metadata", "full"], default=defaults.CLEANING_ERASE),
+    backoff_base=dict(type="float", default=defaults.BACKOFF_BASE),
+    backoff_cap=dict(type="float", default=defaults.BACKOFF_CAP),
     redfish_timeout=dict(type="float", default=10),
     redfish_retries=dict(type="int", default=1),
     wait=dict(type="float", default=0),

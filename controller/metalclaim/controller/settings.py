@@ -237,7 +237,7 @@ class Settings:
         "--provision-callback-timeout",
         "0",
         "time a deploy or cleaning waits for the image writer's callback before it is a provisioning error "
-        "(retried after backoff); 0: the provision role's default (provisioner_callback_timeout)",
+        "(retried after backoff); 0: the bmh_redfish module's default (its callback_timeout)",
         duration,
         check=_at_least_zero("seconds, 0 or more"),
     )
@@ -245,7 +245,7 @@ class Settings:
         "--provision-power-poll-interval",
         "0",
         "time after which a settled host's power is read again, so a change made behind our back shows on the "
-        "host and its claim within this; 0: the provision role's default (provisioner_power_poll_interval)",
+        "host and its claim within this; 0: the bmh_redfish module's default (its power_poll_interval)",
         duration,
         check=_at_least_zero("seconds, 0 or more"),
     )

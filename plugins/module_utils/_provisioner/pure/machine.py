@@ -28,6 +28,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     PAUSED_ANNOTATION,
     REBOOT_ANNOTATION,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import defaults
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import media_url
 
 # Metal3 provisioning states, by name (each one of metal3.STATES).
@@ -92,15 +93,15 @@ class Settings:
 
     deploy_iso_url: str | None = None  # the image writer's live ISO; without it, no disk images or cleaning
     media_url: str = ""  # base URL of the media server that serves config drives and takes callbacks
-    power_off_timeout: float = 60.0  # a soft power-off gets this long before a hard one
-    callback_timeout: float = 1800.0  # the image writer must call back within this
-    backoff_base: float = 10.0
-    backoff_cap: float = 600.0
+    power_off_timeout: float = defaults.POWER_OFF_TIMEOUT  # a soft power-off gets this long before a hard one
+    callback_timeout: float = defaults.CALLBACK_TIMEOUT  # the image writer must call back within this
+    backoff_base: float = defaults.BACKOFF_BASE
+    backoff_cap: float = defaults.BACKOFF_CAP
     # A host whose power agrees with its spec is read again this often: power changed behind our back (at the BMC,
     # by the OS) shows in status.poweredOn, and so on its claim, within this bound.
-    power_poll_interval: float = 60.0
+    power_poll_interval: float = defaults.POWER_POLL_INTERVAL
     # How deep automated cleaning goes on every host: "metadata" or "full" (ERASE_ANNOTATION asks per host).
-    cleaning_erase: str = "metadata"
+    cleaning_erase: str = defaults.CLEANING_ERASE
 
 
 @dataclass

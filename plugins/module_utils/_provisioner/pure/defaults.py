@@ -1,0 +1,18 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+"""The provisioner's defaults, written once.
+
+machine.Settings and bmh_redfish's argument spec take them from here (its DOCUMENTATION states the same values:
+ansible-test checks them against the argument spec, tests/unit/plugins/modules/test_bmh_redfish.py against these);
+the provisioner role passes callback_timeout and power_poll_interval only when set, so these are its defaults too.
+"""
+
+from __future__ import annotations
+
+CALLBACK_TIMEOUT = 1800.0  # seconds the image writer has to call back once a deploy or cleaning started
+POWER_POLL_INTERVAL = 60.0  # a settled host's power is read again after this long
+POWER_OFF_TIMEOUT = 60.0  # a soft power-off gets this long before a hard one
+BACKOFF_BASE = 10.0  # seconds to wait after a first error, doubled after each further one
+BACKOFF_CAP = 600.0  # the longest wait between retries
+CLEANING_ERASE = "metadata"  # how deep automated cleaning goes: "metadata" or "full"
