@@ -121,3 +121,25 @@ def matches(selector: dict | None, labels: dict | None) -> bool:
         if operator == "DoesNotExist" and key in labels:
             return False
     return True
+
+
+def label_selector_matches(selector: str, labels: dict | None) -> bool | None:
+    """Whether labels satisfy a list call's label selector in its equality-based form (`key`, `!key`, `key=value`,
+    `key==value`, `key!=value`, joined by commas); None for anything else (set-based `in`, `notin`): not judged here.
+    """
+    labels = labels or {}
+    matched = True
+    for term in (t.strip() for t in selector.split(",")):
+        if not term or " " in term or "(" in term:
+            return None
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            matched = matched and labels.get(key) != value
+        elif "=" in term:
+            key, value = term.replace("==", "=", 1).split("=", 1)
+            matched = matched and labels.get(key) == value
+        elif term.startswith("!"):
+            matched = matched and term[1:] not in labels
+        else:
+            matched = matched and term in labels
+    return matched

@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import (
-    EVENT_MESSAGE_LIMIT,
-    ClaimRun,
-    step_each,
-)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import ClaimRun, step_each
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.run import EVENT_MESSAGE_LIMIT
 
 TERMINATING = "cannot create Event x in namespace t: 403 Forbidden: namespace t is being terminated"
 
