@@ -47,8 +47,12 @@ attributes:
     support: full
     description: Reports the writes it would make (RV(tenants[].writes)); writes nothing.
   diff_mode:
-    support: none
-    description: The writes are listed in RV(tenants[].writes) (kind, namespace, name, action), without field diffs.
+    support: full
+    description:
+      - Shows what each write changes (or would, in check mode), only the fields that change - the Tenant's
+        finalizer and status, its namespaces, RoleBindings, quota, policies and host reservations; a deleted
+        object whole. Hooks are called, not written, and are not in it. Costs no request.
+      - With a diff, Tenants are reconciled one at a time (their entries in name order).
   idempotent:
     support: full
     description: A second run with nothing changed writes nothing (RV(writes) is 0).
@@ -175,6 +179,11 @@ api_calls:
   description: Requests sent, by verb.
   returned: always
   type: dict
+diff:
+  description: With C(--diff), one entry per object written (or, in check mode, that would be), before and after.
+  returned: when diff mode is on
+  type: list
+  elements: dict
 """
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import run_module
@@ -196,7 +205,9 @@ ARGUMENT_SPEC = dict(
 
 def reconcile(module, kube) -> dict:
     params = module.params
-    run = TenantRun(kube, module.check_mode, params["required_prefix"], params["claim_side_subjects"])
+    run = TenantRun(
+        kube, module.check_mode, params["required_prefix"], params["claim_side_subjects"], diff=module._diff
+    )
     return reconcile_tenants(run, params["tenants"])
 
 

@@ -7,27 +7,31 @@ ResourceQuotas, HostDeployPolicies, BareMetalHosts); each Tenant is checked in f
 its is written (a refused spec writes nothing but its status); then only what differs is written, and
 the status once, only when it changed. A settled run writes nothing.
 
+A TenantRun is the run kernel (_common/io/run.py): its snapshot holds the batch's lists, kept current with the
+run's writes, and with `--diff` each write is recorded (hooks are called, not written: they are not in it).
+
 Tenants are reconciled side by side (TENANTS_AT_ONCE at a time), so one tenant's slow hooks never delay another's
-onboarding or deliveries (issue 22). Their Kubernetes work does not interleave: each tenant works under the run's
-lock, which its thread lets go only while one of its hooks is being called (Deliverer.send). So the batch's
-Snapshot, the Deliverer's caches and the client's counts are only ever touched by one thread at a time, and a
-tenant's own reads, writes and deliveries keep their order; what another tenant wrote while a blocking hook was
-being asked is checked again before the change it allowed is written.
+onboarding or deliveries (issue 22); one at a time in check and diff mode. Their Kubernetes work does not
+interleave: each tenant works under the run's lock, which its thread lets go only while one of its hooks is being
+called (Deliverer.send). So the run's snapshot, the Deliverer's caches and the client's counts are only ever
+touched by one thread at a time, and a tenant's own reads, writes and deliveries keep their order; what another
+tenant wrote while a blocking hook was being asked is checked again before the change it allowed is written.
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
     AlreadyExistsError,
     ConflictError,
     KubeError,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.run import Run
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.status import status_patch
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     BINDING_APPROVALS_ANNOTATION,
     TENANT_LABEL,
@@ -44,75 +48,72 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure
 TENANTS_AT_ONCE = 8
 
 
-class Snapshot:
-    """What the batch's Tenants need to see, listed once: object_key -> object. Read and written under the run's
-    lock only (TenantRun.lock)."""
+# What the batch's Tenants are checked against: (api_version, kind, label selector), each listed once per run.
+BATCH_KINDS = (
+    ("v1", "Namespace", None),
+    (plan.RBAC_VERSION, "RoleBinding", TENANT_LABEL),
+    ("v1", "ResourceQuota", TENANT_LABEL),
+    (metal3.API_VERSION, "HostDeployPolicy", None),
+    (metal3.API_VERSION, "BareMetalHost", None),
+)
 
-    def __init__(self, kube):
-        self.kube = kube
-        self._claims: list[dict] | None = None
-        self.objects: dict[tuple[str, str, str], dict] = {}
-        for item in kube.list("v1", "Namespace"):
-            self._add("v1", "Namespace", item)
-        for item in kube.list(plan.RBAC_VERSION, "RoleBinding", label_selector=TENANT_LABEL):
-            self._add(plan.RBAC_VERSION, "RoleBinding", item)
-        for item in kube.list("v1", "ResourceQuota", label_selector=TENANT_LABEL):
-            self._add("v1", "ResourceQuota", item)
-        for item in kube.list(metal3.API_VERSION, "HostDeployPolicy"):
-            self._add(metal3.API_VERSION, "HostDeployPolicy", item)
-        self.hosts = {}
-        for item in kube.list(metal3.API_VERSION, "BareMetalHost"):
-            self._add(metal3.API_VERSION, "BareMetalHost", item)
-            meta = item["metadata"]
-            self.hosts[(meta["namespace"], meta["name"])] = item
 
-    def _add(self, api_version: str, kind: str, item: dict) -> None:
-        item.setdefault("apiVersion", api_version)
-        item.setdefault("kind", kind)
-        self.objects[plan.object_key(item)] = item
+class Batch:
+    """The run's snapshot of BATCH_KINDS as the Tenants see it: object_key -> object. All listed at once when the
+    batch has Tenants; the objects are the snapshot's own, read and never changed here. Used under the run's lock
+    only (TenantRun.lock)."""
 
-    def add(self, written: dict) -> None:
-        """An object as this run wrote it."""
-        self._add(written["apiVersion"], written["kind"], written)
+    def __init__(self, snapshot):
+        self._snapshot = snapshot
+        for api_version, kind, selector in BATCH_KINDS:
+            snapshot.held(api_version, kind, label_selector=selector)
+
+    @property
+    def objects(self) -> dict[tuple[str, str, str], dict]:
+        return {
+            plan.object_key(item): item
+            for api_version, kind, selector in BATCH_KINDS
+            for item in self._snapshot.held(api_version, kind, label_selector=selector)
+        }
+
+    @property
+    def hosts(self) -> dict[tuple[str, str], dict]:
+        hosts = self._snapshot.held(metal3.API_VERSION, "BareMetalHost")
+        return {(h["metadata"]["namespace"], h["metadata"]["name"]): h for h in hosts}
 
     def namespaces(self) -> set[str]:
-        return {name for kind, _ns, name in self.objects if kind == "Namespace"}
+        return {item["metadata"]["name"] for item in self._snapshot.held("v1", "Namespace")}
 
     def claims_in(self, namespaces: list[str]) -> list[dict]:
         """The HostClaims of those namespaces (listed once per batch, only when a tenant's hooks want claim events)."""
-        if self._claims is None:
-            self._claims = self.kube.list(metal3.API_VERSION, "HostClaim")
         wanted = set(namespaces)
-        return [c for c in self._claims if c["metadata"].get("namespace") in wanted]
+        claims = self._snapshot.held(metal3.API_VERSION, "HostClaim")
+        return [c for c in claims if c["metadata"].get("namespace") in wanted]
 
     def owned_by(self, tenant: str) -> list[dict]:
         """Every object labelled as the tenant's (hosts excepted: a reservation is an annotation)."""
         return [o for k, o in self.objects.items() if k[0] != "BareMetalHost" and plan.owner(o) == tenant]
 
 
-class TenantRun:
-    def __init__(self, kube, check_mode: bool, required_prefix: str, claim_side_subjects: list[dict]):
-        self.kube = kube
-        self.check_mode = check_mode
+class TenantRun(Run):
+    def __init__(
+        self, kube, check_mode: bool, required_prefix: str, claim_side_subjects: list[dict], diff: bool = False
+    ):
+        super().__init__(kube, cond.now(), check_mode, diff=diff, workers=TENANTS_AT_ONCE, thread_name="tenant")
         self.required_prefix = required_prefix or ""
         self.claim_side_subjects = claim_side_subjects or []
-        self.timestamp = cond.now()
         # Held by the tenant being worked on; its thread lets it go only while calling one of its hooks.
         self.lock = threading.Lock()
         self.deliverer = Deliverer(kube, lock=self.lock)
 
     def each(self, function, tenants: list[dict]) -> list:
-        """[function(tenant) for tenant in tenants], TENANTS_AT_ONCE tenants at a time, each under the run's lock:
-        while one waits for a hook, the others go on. One at a time in check mode (it calls no hook)."""
+        """Run.each, each tenant under the run's lock: while one waits for a hook, the others go on."""
 
         def locked(tenant: dict):
             with self.lock:
                 return function(tenant)
 
-        if len(tenants) < 2 or self.check_mode:
-            return [locked(t) for t in tenants]
-        with ThreadPoolExecutor(max_workers=min(TENANTS_AT_ONCE, len(tenants)), thread_name_prefix="tenant") as pool:
-            return list(pool.map(locked, tenants))
+        return super().each(locked, tenants)
 
 
 def reconcile_tenants(run: TenantRun, names: list[str] | None) -> dict:
@@ -121,7 +122,7 @@ def reconcile_tenants(run: TenantRun, names: list[str] | None) -> dict:
     found = {plan.name(t) for t in wanted}
     gone = [n for n in names or [] if n not in found]
     results = [{"name": n, "state": "absent", "changed": False, "requeue": False} for n in gone]
-    snapshot = Snapshot(run.kube) if wanted else None
+    snapshot = Batch(run.kube) if wanted else None
 
     def one(tenant: dict) -> dict:
         tenant.setdefault("kind", plan.KIND)
@@ -132,22 +133,23 @@ def reconcile_tenants(run: TenantRun, names: list[str] | None) -> dict:
 
     results += run.each(one, sorted(wanted, key=plan.name))
     results.sort(key=lambda r: r["name"])
-    return {
-        "changed": any(r["changed"] for r in results),
-        "tenants": results,
-        "requeue": sorted(r["name"] for r in results if r["requeue"]),
-        "outcomes": tenant_outcomes(results),
-        "hook_requests": run.deliverer.sent,
-        "api_calls": dict(run.kube.calls),
-        "writes": run.kube.writes(),
-    }
+    return run.finish(
+        {
+            "changed": any(r["changed"] for r in results),
+            "tenants": results,
+            "requeue": sorted(r["name"] for r in results if r["requeue"]),
+            "outcomes": tenant_outcomes(results),
+            "hook_requests": run.deliverer.sent,
+            "writes": run.api.writes(),
+        }
+    )
 
 
 def _result(tenant: dict, **fields) -> dict:
     return {"name": plan.name(tenant), "changed": False, "requeue": False, "writes": [], **fields}
 
 
-def _checked(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]) -> tuple[list, list]:
+def _checked(run: TenantRun, snapshot: Batch, tenant: dict, tenants: list[dict]) -> tuple[list, list]:
     """(the objects the spec asks for, why it cannot be applied as the batch stands now)."""
     problems = plan.validate(tenant, run.required_prefix)
     if problems:
@@ -179,7 +181,7 @@ def _refused_spec(run: TenantRun, tenant: dict, problems: list) -> dict:
     return result
 
 
-def _apply(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]) -> dict:
+def _apply(run: TenantRun, snapshot: Batch, tenant: dict, tenants: list[dict]) -> dict:
     status = tenant.get("status") or {}
     generation = tenant["metadata"].get("generation", 0)
     conditions = status.get("conditions") or []
@@ -217,14 +219,12 @@ def _apply(run: TenantRun, snapshot: Snapshot, tenant: dict, tenants: list[dict]
             deploying = {"state": plan.DEPLOYING, "observedGeneration": generation, "conditions": conditions}
             tenant = _write_status(run, tenant, deploying, result)
     failures: dict[str, list[str]] = {}
-    for step, action, obj in writes:
+    for step, action, obj, current in writes:
         try:
-            written = _write(run, action, obj, result)
+            # The run's snapshot follows the write: the binding verdicts below see the namespace as it is now.
+            _write(run, action, obj, result, current)
         except KubeError as error:
             failures.setdefault(step, []).append(str(error))
-            continue
-        if written is not None and action != "delete":
-            snapshot.add(written)  # the binding verdicts below are written on the namespace as it is now
     for error in _binding_verdicts(run, snapshot, tenant, status.get("state") or plan.NEW, result):
         failures.setdefault(plan.NAMESPACES, []).append(error)
     for step in plan.STEPS:
@@ -301,7 +301,7 @@ def _refused_by_hook(run, tenant, hook_state, conditions, refusal, result, state
     return result
 
 
-def _with_claim_events(run: TenantRun, snapshot: Snapshot, tenant: dict, hook_state: dict) -> dict:
+def _with_claim_events(run: TenantRun, snapshot: Batch, tenant: dict, hook_state: dict) -> dict:
     """hook_state with a delivery queued for each change of a claim of the tenant's namespaces since the last."""
     if not hook_plan.wants_claim_events(tenant):
         hook_state.pop("claims", None)
@@ -315,7 +315,7 @@ def _with_claim_events(run: TenantRun, snapshot: Snapshot, tenant: dict, hook_st
     return {**hook_state, "pending": pending, "claims": record}
 
 
-def _binding_verdicts(run: TenantRun, snapshot: Snapshot, tenant: dict, state: str, result: dict) -> list[str]:
+def _binding_verdicts(run: TenantRun, snapshot: Batch, tenant: dict, state: str, result: dict) -> list[str]:
     """Ask the blocking CLAIM_BOUND hooks about each unbound claim of the tenant's namespaces not yet allowed
     (a refused one after its backoff) and write the verdicts on its namespace, where the bind step reads them; the
     annotation goes when no hook asks any more. Sets result["binding_reask_after"]; returns the write errors."""
@@ -323,8 +323,9 @@ def _binding_verdicts(run: TenantRun, snapshot: Snapshot, tenant: dict, state: s
     namespaces = _namespaces_of(snapshot, tenant)
     claims = snapshot.claims_in(namespaces) if asks else []
     errors, waits = [], []
+    objects = snapshot.objects
     for namespace_name in namespaces:
-        namespace = snapshot.objects.get(("Namespace", "", namespace_name))
+        namespace = objects.get(("Namespace", "", namespace_name))
         if (
             namespace is None
             or namespace["metadata"].get("deletionTimestamp")
@@ -344,12 +345,9 @@ def _binding_verdicts(run: TenantRun, snapshot: Snapshot, tenant: dict, state: s
         updated = copy.deepcopy(namespace)
         updated["metadata"]["annotations"] = annotations
         try:
-            written = _write(run, "replace", updated, result)
+            _write(run, "replace", updated, result, namespace)
         except KubeError as error:
             errors.append(f"binding verdicts on namespace {namespace_name}: {error}")
-            continue
-        if written is not None:
-            snapshot.add(written)
     waits = [w for w in waits if w is not None]
     if waits:
         result["binding_reask_after"] = min(waits)
@@ -383,7 +381,7 @@ def _ask_about_binding(run: TenantRun, tenant: dict, state: str, claim: dict) ->
     return ""
 
 
-def _namespaces_of(snapshot: Snapshot, tenant: dict) -> list[str]:
+def _namespaces_of(snapshot: Batch, tenant: dict) -> list[str]:
     """The tenant's namespaces: those labelled as its own. Not its spec's child names: one of them may be another
     tenant's namespace (tenant "b" with child "x-y" and tenant "b-x" with child "y" both name "b-x-y"), whose claims
     this tenant's hooks must never hear of. A child not created yet holds no claim."""
@@ -399,7 +397,7 @@ def _with_hooks_condition(tenant, conditions, hook_state, refusal, abandoned, ge
     return cond.with_ready(conditions, generation, timestamp)
 
 
-def _deliver_due(run: TenantRun, snapshot: Snapshot, tenant: dict, written: dict, result: dict, final=False) -> None:
+def _deliver_due(run: TenantRun, snapshot: Batch, tenant: dict, written: dict, result: dict, final=False) -> None:
     """Tell the non-blocking hooks what is due (all that is pending when `final`), record what failed, requeue."""
     hook_state = dict(written.get("hooks") or {})
     pending = hook_state.get("pending") or []
@@ -467,57 +465,70 @@ def _deliver_due(run: TenantRun, snapshot: Snapshot, tenant: dict, written: dict
         result["requeue_after"] = min(wait, result.get("requeue_after", wait))
 
 
-def _planned_writes(snapshot: Snapshot, tenant: dict, desired: list[dict]) -> list[tuple[str, str, dict]]:
-    """(step, action, object) for what differs: create, replace, recreate, delete; reservations last."""
+def _planned_writes(snapshot: Batch, tenant: dict, desired: list[dict]) -> list[tuple[str, str, dict, dict | None]]:
+    """(step, action, object, the object as it is) for what differs: create, replace, recreate, delete; reservations
+    last."""
     writes = []
     wanted_keys = set()
+    objects = snapshot.objects
     for obj in desired:
         key = plan.object_key(obj)
         wanted_keys.add(key)
-        current = snapshot.objects.get(key)
+        current = objects.get(key)
         step = plan.STEP_OF_KIND[obj["kind"]]
         if current is None:
-            writes.append((step, "create", obj))
+            writes.append((step, "create", obj, None))
         elif plan.recreate_needed(obj, current):
-            writes.append((step, "recreate", obj))
+            writes.append((step, "recreate", obj, current))
         else:
             updated = plan.updated_object(obj, current)
             if updated is not None:
-                writes.append((step, "replace", updated))
+                writes.append((step, "replace", updated, current))
     mine = plan.tenant_name(tenant)
     # What was made for an earlier spec and is no longer asked for (a child namespace, pool or quota removed).
     for stale in snapshot.owned_by(mine):
         if plan.object_key(stale) not in wanted_keys and not stale["metadata"].get("deletionTimestamp"):
-            writes.append((plan.STEP_OF_KIND[stale["kind"]], "delete", stale))
+            writes.append((plan.STEP_OF_KIND[stale["kind"]], "delete", stale, stale))
     reserved = set(plan.exclusive_hosts(tenant))
     for host_key, host in snapshot.hosts.items():
         updated = plan.with_reservation(host, mine, host_key in reserved)
         if updated is not None:
-            writes.append((plan.EXCLUSIVE_HOSTS, "replace", updated))
+            writes.append((plan.EXCLUSIVE_HOSTS, "replace", updated, host))
     return writes
 
 
-def _write(run: TenantRun, action: str, obj: dict, result: dict) -> dict | None:
-    """Create, replace, recreate or delete; the object as the API server holds it now (None: deleted, check mode)."""
+def _write(run: TenantRun, action: str, obj: dict, result: dict, before: dict | None = None) -> dict | None:
+    """Create, replace, recreate or delete `obj` (`before`: as it is now, for the diff); the object as the API server
+    holds it now (None: deleted, check mode)."""
     kind, namespace, name = plan.object_key(obj)
     result["writes"].append({"action": action, "kind": kind, "namespace": namespace, "name": name})
     result["changed"] = True
-    if run.check_mode:
+    written = None
+    if action == "delete":
+        # Past the snapshot: it keeps the object as read, as later steps of the run expect (a namespace or claim
+        # being deleted is still there, its finalizers holding it, and its hooks are told of it as it was).
+        if not run.check_mode:
+            run.api.delete(obj["apiVersion"], kind, name, namespace or None, uid=obj["metadata"].get("uid", ""))
+        run.record(kind, obj, None)
         return None
-    kube = run.kube
-    if action == "create":
-        try:
-            return kube.create(obj)
-        except AlreadyExistsError as error:
-            # Made since the batch listed it (by hand: a labelled one would have been listed).
-            raise KubeError(f"{kind} {namespace}/{name} exists and is not this tenant's: {error}") from error
+    if not run.check_mode:
+        written = _written(run, action, obj)
+    run.record(kind, before, obj)
+    return written
+
+
+def _written(run: TenantRun, action: str, obj: dict) -> dict:
+    kind, namespace, name = plan.object_key(obj)
     if action == "replace":
-        return kube.replace(obj)
+        return run.kube.replace(obj)
     if action == "recreate":
-        kube.delete(obj["apiVersion"], kind, name, namespace or None)
-        return kube.create(obj)
-    kube.delete(obj["apiVersion"], kind, name, namespace or None, uid=obj["metadata"].get("uid", ""))
-    return None
+        run.api.delete(obj["apiVersion"], kind, name, namespace or None)  # the create replaces it in the snapshot
+        return run.kube.create(obj)
+    try:
+        return run.kube.create(obj)
+    except AlreadyExistsError as error:
+        # Made since the batch listed it (by hand: a labelled one would have been listed).
+        raise KubeError(f"{kind} {namespace}/{name} exists and is not this tenant's: {error}") from error
 
 
 def _with_finalizer(run: TenantRun, tenant: dict, result: dict) -> dict:
@@ -528,9 +539,9 @@ def _with_finalizer(run: TenantRun, tenant: dict, result: dict) -> dict:
     updated["metadata"]["finalizers"] = [*finalizers, plan.FINALIZER]
     result["changed"] = True
     result["writes"].append({"action": "replace", "kind": plan.KIND, "namespace": "", "name": plan.name(tenant)})
-    if run.check_mode:
-        return updated
-    return run.kube.replace(_without_status(updated))
+    written = updated if run.check_mode else run.kube.replace(_without_status(updated))
+    run.record(plan.KIND, _without_status(tenant), _without_status(updated))
+    return written
 
 
 def _without_status(tenant: dict) -> dict:
@@ -549,17 +560,21 @@ def _write_status(run: TenantRun, tenant: dict, new_status: dict, result: dict) 
         return tenant
     result["changed"] = True
     result["status_writes"] = result.get("status_writes", 0) + 1
+    changes = status_patch(tenant, {**old, **new_status}) or {}
     if run.check_mode:
+        run.record_status(plan.KIND, tenant, changes)
         return {**tenant, "status": {**old, **new_status}}
     try:
-        return run.kube.patch_status(tenant, new_status)
+        written = run.kube.patch_status(tenant, new_status)
     except ConflictError:
         # The Tenant changed under us (a spec edit): its next reconcile computes the status afresh.
         result["requeue"] = True
         return tenant
+    run.record_status(plan.KIND, tenant, changes)
+    return written
 
 
-def _delete(run: TenantRun, snapshot: Snapshot, tenant: dict) -> dict:
+def _delete(run: TenantRun, snapshot: Batch, tenant: dict) -> dict:
     """Deletion in order: the claims of its namespaces (their hosts released by the claim layer), the
     namespaces, then its pool entries and reservations; the finalizer last. One stage per run."""
     result = _result(tenant, state=plan.DELETING)
@@ -591,7 +606,7 @@ def _delete(run: TenantRun, snapshot: Snapshot, tenant: dict) -> dict:
     if claims:
         for claim in claims:
             if not claim["metadata"].get("deletionTimestamp"):
-                _write(run, "delete", {**claim, "kind": "HostClaim", "apiVersion": metal3.API_VERSION}, result)
+                _write(run, "delete", claim, result)
         stage = plan.RELEASING_CLAIMS
         message = f"{len(claims)} HostClaim(s) releasing their hosts"
     elif namespaces:
@@ -619,7 +634,7 @@ def _delete(run: TenantRun, snapshot: Snapshot, tenant: dict) -> dict:
             _write(run, "delete", obj, result)
         for host in snapshot.hosts.values():
             if mine in reserved_for(host):
-                _write(run, "replace", plan.with_reservation(host, mine, False), result)
+                _write(run, "replace", plan.with_reservation(host, mine, False), result, host)
     except KubeError as error:
         conditions = cond.set_condition(
             conditions, plan.DELETION, "False", plan.DELETION_FAILED, str(error), generation, run.timestamp
@@ -632,5 +647,5 @@ def _delete(run: TenantRun, snapshot: Snapshot, tenant: dict) -> dict:
     _deliver_due(run, snapshot, tenant, {"state": plan.DELETING, "hooks": hook_state}, result, final=True)
     updated = copy.deepcopy(tenant)
     updated["metadata"]["finalizers"] = [f for f in tenant["metadata"]["finalizers"] if f != plan.FINALIZER]
-    _write(run, "replace", _without_status(updated), result)
+    _write(run, "replace", _without_status(updated), result, _without_status(tenant))
     return result

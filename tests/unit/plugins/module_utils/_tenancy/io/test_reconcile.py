@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.run import Snapshot
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io import reconcile
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import tenant as plan
 
@@ -31,7 +32,7 @@ def test_a_tenant_hears_only_of_claims_in_namespaces_labelled_its_own():
             ],
         }
     )
-    snapshot = reconcile.Snapshot(kube)
+    snapshot = reconcile.Batch(Snapshot(kube))
     namespaces = reconcile._namespaces_of(snapshot, b)
     assert namespaces == ["b-own"]
     assert [c["metadata"]["name"] for c in snapshot.claims_in(namespaces)] == ["mine"]
