@@ -49,8 +49,13 @@ attributes:
     support: full
     description: Reads both clusters and reports what it would write; writes nothing in either.
   diff_mode:
-    support: none
-    description: No diff is returned; the per-claim C(state) and C(reason) say what happens.
+    support: partial
+    description: Shows what each write changes (or would, in check mode), only the fields that change; never a
+      Secret's values. Costs no request.
+    details: >-
+      Shown: the local claim's finalizer, copied metadata and status fields (conditions by type), and in the
+      hardware cluster (headed C((hardware cluster))) the remote claim and the data Secret copies. Not shown: the
+      Events recorded on claims, and the C(lastUpdated) timestamp of a status write.
   idempotent:
     support: full
     description: With nothing new in either cluster, a second run writes nothing in either.
@@ -138,6 +143,11 @@ api_calls:
   returned: always
   type: dict
   sample: {"list": 1, "get": 2, "patch": 1}
+diff:
+  description: With C(--diff), one entry per object written in either cluster (or, in check mode, that would be).
+  returned: when diff mode is on
+  type: list
+  elements: dict
 """
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.module import CLAIMS_ARG_SPEC
@@ -150,12 +160,17 @@ ARG_SPEC = {**CLAIMS_ARG_SPEC, "allowed_namespaces": {"type": "list", "elements"
 
 def mirror(module, kube) -> dict:
     try:
-        run = RemoteRun(kube, module.params["claims"], module.check_mode, module.params["allowed_namespaces"], now())
+        run = RemoteRun(
+            kube,
+            module.params["claims"],
+            module.check_mode,
+            module.params["allowed_namespaces"],
+            now(),
+            diff=module._diff,
+        )
     except ValueError as error:
         raise StepFailure(str(error)) from error
-    result = mirror_claims(run)
-    result["api_calls"] = dict(sorted(kube.calls.items()))
-    return result
+    return mirror_claims(run)
 
 
 def main():

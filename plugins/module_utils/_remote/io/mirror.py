@@ -18,6 +18,10 @@ not answered (_remote/pure/mirror.py unreachable_after); claims whose cluster an
 time go first. A run has RUN_BUDGET seconds in all: many claims naming clusters that never
 answer (each its own server) cannot hold the remote runner slot for minutes; the claims it
 did not reach are `deferred`, untouched, and come back in the next run.
+
+A RemoteRun is the run kernel (_common/io/run.py) for the local cluster: the claims listed once, Events whose
+refusal is a warning, and with `--diff` each write in either cluster recorded (a Secret copy's keys, never its
+values; the hardware cluster's objects headed REMOTE).
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ import copy
 import json
 import time
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io import events
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
     TRANSPORT_ERRORS,
     AlreadyExistsError,
@@ -36,6 +39,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
     KubeError,
     RefusedError,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.run import Run
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.io.client import (
@@ -59,6 +63,8 @@ except ImportError:  # pragma: no cover - ansible-core brings PyYAML
 # Hardware clusters that did not answer this run, remembered (at most this many) so that the other claims naming
 # the same one are not held up by it again.
 UNANSWERED_KEPT = 64
+# How a diff entry names an object of the hardware cluster, apart from the local one of the same name.
+REMOTE = "(hardware cluster)"
 
 
 class _Unreachable(Exception):
@@ -74,7 +80,7 @@ class _Stop(Exception):
         self.reachable = reachable
 
 
-class RemoteRun:
+class RemoteRun(Run):
     def __init__(
         self,
         kube,
@@ -85,12 +91,11 @@ class RemoteRun:
         client_factory=None,
         deadline: float = CLAIM_DEADLINE,
         budget: float = RUN_BUDGET,
+        diff: bool = False,
     ):
-        self.kube = kube
+        super().__init__(kube, timestamp, check_mode, diff=diff)
         self.wanted = wanted
-        self.check_mode = check_mode
         self.allowed = kc.compile_allowed(allowed_namespaces)
-        self.timestamp = timestamp
         # (checked kubeconfig, Deadline) -> a client whose every request the Deadline bounds.
         self.client_factory = client_factory or RemoteKube.connect
         self.deadline = Deadline(deadline)  # started again for each claim
@@ -191,14 +196,16 @@ def mirror_claims(run: RemoteRun) -> dict:
             results.append(_failed(claim, "conflict", error))
         except KubeError as error:  # the local API server (a write refused, no answer): this claim, not the others
             results.append(_failed(claim, "error", error))
-    return {
-        "changed": any(r["changed"] for r in results),
-        "claims": results,
-        "outcomes": remote_outcomes(results),
-        "local_writes": run.local_writes,
-        "status_fields_written": sorted(set(run.status_fields)),
-        "remote_api_calls": _summed(run.remote_calls),
-    }
+    return run.finish(
+        {
+            "changed": any(r["changed"] for r in results),
+            "claims": results,
+            "outcomes": remote_outcomes(results),
+            "local_writes": run.local_writes,
+            "status_fields_written": sorted(set(run.status_fields)),
+            "remote_api_calls": _summed(run.remote_calls),
+        }
+    )
 
 
 def _deferred(namespace: str, name: str, budget: float) -> dict:
@@ -296,9 +303,9 @@ def _target(run: RemoteRun, claim: dict) -> kc.Target:
 def _write_local(run: RemoteRun, claim: dict, change) -> dict:
     updated = copy.deepcopy(claim)
     change(updated)
-    if run.check_mode:
-        return updated
-    return run.local_write(run.kube.replace, updated)
+    written = updated if run.check_mode else run.local_write(run.kube.replace, updated)
+    run.record("HostClaim", claim, updated)
+    return written
 
 
 def _refused(error: RefusedError) -> _Stop:
@@ -322,11 +329,13 @@ def _apply(run: RemoteRun, claim: dict, client, target: kc.Target) -> tuple[dict
         wanted, local_annotations = m.remote_claim_plan(claim, existing, namespace)
         if wanted is not None:
             changed = True
+            before = existing
             if not run.check_mode:
                 write = client.create if existing is None else client.replace
                 existing = run.call(write, wanted)
             else:
                 existing = wanted
+            run.record(f"HostClaim {REMOTE}", before, wanted)
     except RefusedError as error:
         stop = _refused(error)
         stop.remote = existing
@@ -348,6 +357,7 @@ def _copy_data(run: RemoteRun, claim: dict, client, namespace: str, role: str) -
             return False
         if not run.check_mode:
             run.call(client.delete, "v1", "Secret", copy_name, namespace, uid=existing["metadata"].get("uid", ""))
+        run.record(f"Secret {REMOTE}", existing, None, secret=True)
         return True
     refusal = m.cross_namespace(claim, role)
     if refusal:  # refused before anything is read
@@ -359,15 +369,15 @@ def _copy_data(run: RemoteRun, claim: dict, client, namespace: str, role: str) -
     wanted = m.data_copy(claim, role, source, namespace)
     if not m.copy_needs_write(wanted, existing):
         return False
+    updated = wanted
+    if existing is not None:
+        updated = copy.deepcopy(existing)
+        updated["data"] = wanted["data"]
+        updated["metadata"].setdefault("labels", {}).update(wanted["metadata"]["labels"])
+        updated["metadata"].setdefault("annotations", {}).update(wanted["metadata"]["annotations"])
     if not run.check_mode:
-        if existing is None:
-            run.call(client.create, wanted)
-        else:
-            updated = copy.deepcopy(existing)
-            updated["data"] = wanted["data"]
-            updated["metadata"].setdefault("labels", {}).update(wanted["metadata"]["labels"])
-            updated["metadata"].setdefault("annotations", {}).update(wanted["metadata"]["annotations"])
-            run.call(client.replace, updated)
+        run.call(client.create if existing is None else client.replace, updated)
+    run.record(f"Secret {REMOTE}", existing, updated, secret=True)
     return True
 
 
@@ -380,6 +390,8 @@ def _delete(run: RemoteRun, claim: dict, client, target: kc.Target, result: dict
             result["changed"] = True
             if not run.check_mode:
                 run.call(client.delete, API_VERSION, "HostClaim", name, namespace, uid=remote["metadata"]["uid"])
+            run.record(f"HostClaim {REMOTE}", remote, None)
+            if not run.check_mode:
                 remote = run.call(client.get, API_VERSION, "HostClaim", name, namespace)
         if remote is not None:
             mirrored = ("False", m.DELETING, f"waiting for HostClaim {name} in the hardware cluster to be released")
@@ -393,8 +405,9 @@ def _delete(run: RemoteRun, claim: dict, client, target: kc.Target, result: dict
             result["changed"] = True
             if not run.check_mode:
                 run.call(client.delete, "v1", "Secret", copy_name, namespace, uid=existing["metadata"]["uid"])
+            run.record(f"Secret {REMOTE}", existing, None, secret=True)
     _drop_finalizer(run, claim)
-    run_event(run, claim, "Normal", "RemoteReleased", f"HostClaim {name} deleted in the hardware cluster")
+    run.event(claim, "Normal", "RemoteReleased", f"HostClaim {name} deleted in the hardware cluster")
     result.update(state="released", changed=True)
     return result
 
@@ -403,8 +416,7 @@ def _leave_behind(run: RemoteRun, claim: dict, result: dict, reason: str, messag
     """Deleting without a usable kubeconfig (say its Secret went first, with the namespace): nothing can reach the
     remote claim; the local claim goes, and an Event says what may be left in the hardware cluster."""
     _drop_finalizer(run, claim)
-    run_event(
-        run,
+    run.event(
         claim,
         "Warning",
         "RemoteClaimLeftBehind",
@@ -419,10 +431,6 @@ def _drop_finalizer(run: RemoteRun, claim: dict) -> None:
         c["metadata"]["finalizers"] = [f for f in c["metadata"].get("finalizers") or [] if f != m.FINALIZER]
 
     _write_local(run, claim, drop)
-
-
-def run_event(run: RemoteRun, claim: dict, event_type: str, reason: str, message: str) -> None:
-    events.record(run.kube, claim, event_type, reason, message, run.timestamp, run.check_mode)
 
 
 def _write_back(run: RemoteRun, claim: dict, remote, reachable, mirrored, stored: dict | None = None) -> bool:
@@ -449,10 +457,12 @@ def _write_back(run: RemoteRun, claim: dict, remote, reachable, mirrored, stored
     patch = m.status_changes(stored, wanted)
     if patch:
         run.status_fields.extend(sorted(patch))
+        changes = dict(patch)
         patch["lastUpdated"] = run.timestamp
         changed = True
         if not run.check_mode:
             run.local_write(run.kube.patch_status, stored, patch)
+        run.record_status("HostClaim", stored, changes)
         _events(run, stored, previous, reachable, mirrored)
     return changed
 
@@ -463,7 +473,7 @@ def _events(run: RemoteRun, claim: dict, previous: dict, reachable, mirrored) ->
     was_reachable = (cond.find(before, m.REMOTE_CLUSTER) or {}).get("status")
     if reachable[0] != was_reachable and reachable[0] in ("True", "False"):
         event_type = "Normal" if reachable[0] == "True" else "Warning"
-        run_event(run, claim, event_type, reachable[1], reachable[2])
+        run.event(claim, event_type, reachable[1], reachable[2])
     was = (cond.find(before, m.MIRRORED) or {}).get("reason")
     if mirrored[1] != was and mirrored[0] == "False":
-        run_event(run, claim, "Warning", mirrored[1], mirrored[2])
+        run.event(claim, "Warning", mirrored[1], mirrored[2])

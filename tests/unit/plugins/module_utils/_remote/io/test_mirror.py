@@ -191,3 +191,54 @@ def test_a_run_has_a_budget_and_the_claims_it_did_not_reach_wait_for_the_next_un
     assert deferred and all("status" not in local.claims[n] for n in deferred)  # nothing written for them
     outcomes = {o["name"]: o for o in result["outcomes"]}
     assert all((outcomes[n]["result"], outcomes[n]["after"]) == ("done", m.POLL_DEFERRED) for n in deferred)
+
+
+class _Answering:
+    """A hardware cluster that answers: objects in memory, writes recorded."""
+
+    def __init__(self):
+        self.objects: dict = {}
+        self.writes: list = []
+        self.calls: dict = {}
+
+    def get(self, api_version, kind, name, namespace=None):
+        return copy.deepcopy(self.objects.get((kind, namespace, name)))
+
+    def create(self, obj):
+        self.writes.append(("create", obj["kind"], obj["metadata"]["name"]))
+        stored = {**copy.deepcopy(obj), "metadata": {**obj["metadata"], "uid": f"r-{obj['metadata']['name']}"}}
+        self.objects[(obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"])] = stored
+        return copy.deepcopy(stored)
+
+
+def test_diff_mode_records_both_clusters_writes_and_no_secret_value_and_check_mode_writes_nothing():
+    user_data = b"#cloud-config\npassword: s3cret-in-a-copy\n"
+    secret_value = base64.b64encode(user_data).decode()
+    claim = _claim("a", "kc")
+    claim["spec"]["userData"] = {"name": "ud"}
+    secrets = {"kc": _secret("https://hw.example:6443"), "ud": {"type": "Opaque", "data": {"userData": secret_value}}}
+
+    def run(check_mode: bool, local: LocalKube, remote: _Answering) -> dict:
+        kernel = io.RemoteRun(
+            local, [], check_mode, [], "2030-01-01T00:00:00Z", client_factory=lambda c, d: remote, diff=True
+        )
+        return io.mirror_claims(kernel)
+
+    local, remote = LocalKube([claim], secrets), _Answering()
+    checked = run(True, local, remote)
+    assert local.claims["a"] == claim and remote.writes == [] and local.events == []  # check mode: nothing written
+    headers = [e["before_header"] for e in checked["diff"]]
+    assert headers[:3] == [
+        f"HostClaim {NAMESPACE}/a",  # the finalizer
+        "Secret (hardware cluster) hw-ns/a-userdata",
+        "HostClaim (hardware cluster) hw-ns/a",
+    ]
+    assert headers[3:] and set(headers[3:]) == {f"HostClaim {NAMESPACE}/a"}  # metadata copied back, the status
+    copied = checked["diff"][1]
+    assert copied["before"] == {} and copied["after"]["data"] == {"userData": f"<redacted, {len(user_data)} bytes>"}
+    assert secret_value not in repr(checked) and "s3cret" not in repr(checked)
+
+    done = run(False, local, remote)
+    assert [e["before_header"] for e in done["diff"]] == headers
+    assert [w[:2] for w in remote.writes] == [("create", "Secret"), ("create", "HostClaim")]
+    assert secret_value not in repr(done["diff"])
