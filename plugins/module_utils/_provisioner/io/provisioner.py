@@ -23,7 +23,6 @@ import dataclasses
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.events import record as record_event
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
@@ -32,6 +31,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
     KubeError,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import StepFailure
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.run import bounded_map
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
@@ -110,14 +110,14 @@ def provision_hosts(
         works = [_Work(host, timestamp, views.get(_key(host)) or HostKube(kube)) for host in sorted(selected, key=_key)]
         for work in works:
             work.writes = [] if diff else None
-        _in_parallel(options.workers, works, lambda work: _observe_host(work, options, run_connections))
+        bounded_map(lambda work: _observe_host(work, options, run_connections), works, options.workers, "host")
         for work in works:
             if work.result.get("skipped"):
                 continue
             work.ctx.slot_free = busy < options.max_concurrent
             work.step = work.failure or machine.decide(work.host, work.observed, work.ctx)
             busy += _busy(work.step.state) - _busy(work.result["previous"])
-        _in_parallel(options.workers, works, lambda work: _finish_host(work, options, check_mode, run_fleet))
+        bounded_map(lambda work: _finish_host(work, options, check_mode, run_fleet), works, options.workers, "host")
     finally:
         if connections is None:
             run_connections.close()
@@ -138,17 +138,6 @@ def provision_hosts(
     if diff:
         outcome["writes"] = [write for work in works for write in work.writes]
     return outcome
-
-
-def _in_parallel(workers: int, works: list, task) -> None:
-    """task(work) for every work, at most `workers` at once; the first exception is raised."""
-    if workers <= 1 or len(works) <= 1:
-        for work in works:
-            task(work)
-        return
-    with ThreadPoolExecutor(max_workers=min(workers, len(works))) as pool:
-        for _done in pool.map(task, works):
-            pass
 
 
 def _key(host: dict) -> tuple[str, str]:
@@ -235,7 +224,7 @@ class Fleet:
             host = (views.get(key) or kube).get(API_VERSION, "BareMetalHost", key[1], key[0])
             self.follow(key, host)
 
-        _in_parallel(workers, due, reread)
+        bounded_map(reread, due, workers, "host")
 
     def follow(self, key: tuple, host: dict | None) -> None:
         """Hold `host` (as read, or as a write returned it) for `key`; None: it is gone."""

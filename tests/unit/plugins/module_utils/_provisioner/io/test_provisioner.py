@@ -7,7 +7,6 @@ import collections
 import copy
 import json
 import threading
-import time
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
@@ -21,7 +20,6 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     Fleet,
     HostKube,
     Options,
-    _in_parallel,
     provision_hosts,
     without_tokens,
 )
@@ -91,25 +89,6 @@ def test_a_host_that_vanished_between_steps_is_not_waited_for():
     settling.record([_result("a", "deleting", 1)], None, moment=0.0)
     settling.record([], [{"namespace": "rack", "name": "a"}], moment=1.0)
     assert settling.next_at() is None and settling.requeue_after(1.0) is None
-
-
-def test_parallel_steps_overlap_and_raise_the_first_error():
-    inside, most = [0], [0]
-    lock = threading.Lock()
-
-    def slow(_work):
-        with lock:
-            inside[0] += 1
-            most[0] = max(most[0], inside[0])
-        time.sleep(0.05)
-        with lock:
-            inside[0] -= 1
-
-    _in_parallel(4, list(range(8)), slow)
-    assert most[0] == 4
-    _in_parallel(1, list(range(3)), slow)
-    with pytest.raises(ZeroDivisionError):
-        _in_parallel(4, [1, 0, 2], lambda n: 1 / n)
 
 
 # -- what a run reads and writes (a fake API server and fake BMCs) -----------------------
