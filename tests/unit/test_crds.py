@@ -39,12 +39,14 @@ SEED_GUIDE = Path(
 GROUP = "metal3.io"
 CRD_FILES = {
     "HostClaim": "metal3.io_hostclaims.yaml",
+    "HostClaimSet": "metal3.io_hostclaimsets.yaml",
     "HostDeployPolicy": "metal3.io_hostdeploypolicies.yaml",
     "BareMetalHost": "metal3.io_baremetalhosts.yaml",
     "HardwareData": "metal3.io_hardwaredata.yaml",
 }
 EXPECTED_NAMES = {
     "HostClaim": ("hostclaims", ["hc"]),
+    "HostClaimSet": ("hostclaimsets", ["hcs"]),
     "HostDeployPolicy": ("hostdeploypolicies", ["hdp"]),
     "BareMetalHost": ("baremetalhosts", ["bmh", "bmhost"]),
     "HardwareData": ("hardwaredata", ["hd"]),
@@ -191,7 +193,9 @@ def test_crd_names_version_and_subresources(kind):
     [version] = spec["versions"]
     assert version["name"] == "v1alpha1"
     assert version["served"] is True and version["storage"] is True
-    assert version["subresources"] == {"status": {}}
+    scale = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}
+    scale["labelSelectorPath"] = ".status.selector"  # kubectl scale, and an autoscaler's selector
+    assert version["subresources"] == ({"status": {}, "scale": scale} if kind == "HostClaimSet" else {"status": {}})
 
 
 @pytest.mark.parametrize("kind", sorted(CRD_FILES))
@@ -274,7 +278,7 @@ def test_required_printer_columns():
 def test_kustomization_lists_the_crds():
     kustomization = yaml.safe_load((CRD_DIR / "kustomization.yaml").read_text())
     assert kustomization["kind"] == "Kustomization"
-    # The four metal3.io kinds, and the Tenant (tenancy.metalclaim.io, tests/unit/.../_tenancy).
+    # The metal3.io kinds, and the Tenant (tenancy.metalclaim.io, tests/unit/.../_tenancy).
     assert sorted(kustomization["resources"]) == sorted([*CRD_FILES.values(), "tenancy.metalclaim.io_tenants.yaml"])
 
 
@@ -561,3 +565,53 @@ def test_claim_side_secret_guard_parameters_name_the_controller_and_no_group():
     assert binding["spec"]["paramRef"]["name"] == params["metadata"]["name"]
     # It sees every Secret write in the cluster: a missing ConfigMap must not refuse them all.
     assert binding["spec"]["paramRef"]["parameterNotFoundAction"] == "Allow"
+
+
+def _without_transition_rules(node):
+    """A schema with its x-kubernetes-validations that compare with oldSelf left out."""
+    if isinstance(node, list):
+        return [_without_transition_rules(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    found = {}
+    for name, value in node.items():
+        if name == "x-kubernetes-validations":
+            value = [rule for rule in value if "oldSelf" not in rule["rule"]]
+            if not value:
+                continue
+        found[name] = _without_transition_rules(value)
+    return found
+
+
+def test_hostclaimset_template_is_a_hostclaim_spec():
+    """A set's template takes exactly what a HostClaim takes (its transition rules aside: a template change applies to
+    the claims made afterwards), so a member the set makes is never refused for its spec."""
+    template = openapi_schema("HostClaimSet")["properties"]["spec"]["properties"]["template"]
+    claim_spec = openapi_schema("HostClaim")["properties"]["spec"]
+    ignored = ("description",)
+    ours = {k: v for k, v in template["properties"]["spec"].items() if k not in ignored}
+    theirs = {k: v for k, v in _without_transition_rules(claim_spec).items() if k not in ignored}
+    assert ours == theirs
+    assert set(template["properties"]["metadata"]["properties"]) == {"labels", "annotations"}  # no namespace, owner
+
+
+def test_hostclaimset_spec_status_and_columns():
+    schema = openapi_schema("HostClaimSet")
+    spec = schema["properties"]["spec"]
+    assert spec["required"] == ["selector", "template"]
+    replicas = spec["properties"]["replicas"]
+    assert (replicas["minimum"], replicas["maximum"], replicas["default"]) == (0, 1000, 1)
+    assert any("oldSelf" in rule["rule"] for rule in spec["properties"]["selector"]["x-kubernetes-validations"])
+    assert any("metadata.name" in rule["rule"] for rule in schema["x-kubernetes-validations"])
+    status = schema["properties"]["status"]["properties"]
+    for count in ("replicas", "boundReplicas", "readyReplicas", "waitingReplicas", "releasingReplicas"):
+        assert status[count]["type"] == "integer"
+    assert status["selector"]["type"] == "string"
+    assert status["conditions"] == openapi_schema("HostClaim")["properties"]["status"]["properties"]["conditions"]
+    columns = {
+        c["name"]: c["jsonPath"] for c in load_crd("HostClaimSet")["spec"]["versions"][0]["additionalPrinterColumns"]
+    }
+    assert columns["Desired"] == ".spec.replicas"
+    assert columns["Bound"] == ".status.boundReplicas"
+    assert columns["Ready"] == ".status.readyReplicas"
+    assert columns["Waiting"] == ".status.waitingReplicas"
