@@ -76,7 +76,10 @@ def bind_claims(run) -> dict:
             held = hosts_held(tenant_of(labels), consumers, labels_of)
         annotations = (metadata_of.get(namespace) or {}).get("annotations")
         caps = lease.caps(policies, decisions)
-        plan = binding.plan(claim, current_hosts, authorized, labels, held, annotations, caps, leases.now_of(run))
+        siblings = kube.held(API_VERSION, "HostClaim") if binding.spread_key(claim) else []  # a set's members
+        spread = binding.spread_counts(claim, current_hosts, siblings)
+        now = leases.now_of(run)
+        plan = binding.plan(claim, current_hosts, authorized, labels, held, annotations, caps, now, spread=spread)
         results.append(_commit(run, plan, hosts_by_key))
         if results[-1]["action"] == "conflict" and pending:
             pending, hosts_by_key = _next_after_conflict(kube, pending)

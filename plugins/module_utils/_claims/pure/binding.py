@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import lease
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.claimsets import owner_set, spread_key
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
     SelectorError,
     matches,
@@ -153,6 +154,29 @@ def in_host_pool(host: dict, pools: dict | None) -> bool:
     return pools[namespace] is not None and matches(pools[namespace], (host.get("metadata") or {}).get("labels"))
 
 
+def spread_counts(claim: dict, hosts: list[dict], claims: list[dict]) -> dict | None:
+    """For a member of a HostClaimSet that spreads its claims (_common/pure/claimsets.py): how many hosts the set's
+    other live members hold in each value of the spread label ("" for hosts without it); None for any other claim.
+    The binder ranks a member's candidates by it, fewest first: claims of one set prefer different values."""
+    label = spread_key(claim)
+    if not label:
+        return None
+    owner = owner_set(claim).get("uid")
+    namespace = key(claim)[0]
+    siblings = {
+        key(c)
+        for c in claims
+        if key(c)[0] == namespace and key(c) != key(claim) and (owner_set(c) or {}).get("uid") == owner
+    }
+    counts: dict = {}
+    for host in hosts:
+        ref = consumer(host) or {}
+        if ref.get("kind") == CLAIM_KIND and (ref.get("namespace", ""), ref.get("name", "")) in siblings:
+            value = ((host.get("metadata") or {}).get("labels") or {}).get(label, "")
+            counts[value] = counts.get(value, 0) + 1
+    return {"label": label, "counts": counts}
+
+
 def _spread(claim: dict, host: dict) -> str:
     # Each claim ranks equal candidates in its own pseudo-random order, so binders
     # working on different claims at the same time rarely reach for the same host.
@@ -187,12 +211,14 @@ def plan(
     namespace_annotations: dict | None = None,
     lease_caps: dict | None = None,
     now=None,
+    spread: dict | None = None,
 ) -> Plan:
     """Decide for one claim, given every host the caller can see, the namespaces policies admit it to, the
     labels of the claim's namespace (its tenant: a host reserved for other tenants is never a candidate; its
     limit of bound hosts), how many hosts claims of that tenant hold now, the namespace's annotations (the
     verdicts of its tenant's blocking CLAIM_BOUND hooks, its host pools' selectors), and the lease caps of the
-    admitted infra namespaces (lease.caps; None: no cap anywhere) with the run's time (a datetime)."""
+    admitted infra namespaces (lease.caps; None: no cap anywhere) with the run's time (a datetime), and for a member
+    of a set that spreads its claims, spread_counts (its candidates ranked by the set's hosts in their domain)."""
     spec = claim.get("spec") or {}
     status = claim.get("status") or {}
     if claim["metadata"].get("deletionTimestamp"):
@@ -262,9 +288,11 @@ def plan(
         and may_bind(h, namespace_labels)
         and in_host_pool(h, pools)
     ]
+    counts, label = (spread or {}).get("counts") or {}, (spread or {}).get("label")
     eligible.sort(
         key=lambda h: (
             0 if domain and failure_domain(h) == domain else 1,
+            counts.get(((h.get("metadata") or {}).get("labels") or {}).get(label, ""), 0) if label else 0,
             _spread(claim, h),
         )
     )
