@@ -16,7 +16,7 @@ from .reflector import Store
 from .scope import CLAIMS, PROVISIONER, TENANTS
 from .workqueue import LIVE, RESYNC
 
-KINDS = ("HostClaim", "BareMetalHost", "HostDeployPolicy", "Namespace", "Tenant")
+KINDS = ("HostClaim", "BareMetalHost", "HostDeployPolicy", "Namespace", "Tenant", "HostClaimSet")
 
 
 class EventHandlers:
@@ -77,7 +77,10 @@ class EventHandlers:
             return TENANTS in scope.sides and scope.owns_namespace(name)
         if kind == mapper.HOST:
             return PROVISIONER in scope.sides and scope.owns_namespace(namespace)
-        if mapper.CLAIM_KIND_OF_KEY[kind] not in self.settings.kinds:
+        if kind == mapper.CLAIMSET:  # served beside baremetal claims (one claims side per cluster does that)
+            if mapper.BAREMETAL_KIND not in self.settings.kinds:
+                return False
+        elif mapper.CLAIM_KIND_OF_KEY[kind] not in self.settings.kinds:
             return False
         if CLAIMS not in scope.sides or not scope.owns_namespace(namespace):
             return False
@@ -90,11 +93,15 @@ class EventHandlers:
         if TENANTS in self.settings.scope.sides:  # a claim event for the hooks of its namespace's tenant
             tenants = self.stores["Tenant"].by_index("claim-namespace", (new or old)["metadata"]["namespace"])
             self._enqueue("HostClaim", mapper.claim_changed_for_tenants(old, new, tenants), initial)
+        self._enqueue("HostClaim", mapper.claim_changed_for_sets(old, new), initial)  # a member: its set counts again
         if not self.serves(mapper.claim_key(new or old)):  # another controller's kind (or shard): not a look
             return
         self._observe_association(old, new)
         self.sync_secret_watches((new or old)["metadata"]["namespace"])
         self._enqueue("HostClaim", mapper.claim_changed(old, new), initial)
+
+    def on_claimset(self, old, new, initial=False) -> None:
+        self._enqueue("HostClaimSet", mapper.claimset_changed(old, new), initial)
 
     def on_tenant(self, old, new, initial=False) -> None:
         self._enqueue("Tenant", mapper.tenant_changed(old, new), initial)
@@ -145,6 +152,10 @@ class EventHandlers:
                     self.queue.add(key, RESYNC)
             for host in self.stores["BareMetalHost"].list():
                 key = mapper.key_of(mapper.HOST, host)
+                if self.serves(key):
+                    self.queue.add(key, RESYNC)
+            for claim_set in self.stores["HostClaimSet"].list():
+                key = mapper.key_of(mapper.CLAIMSET, claim_set)
                 if self.serves(key):
                     self.queue.add(key, RESYNC)
             for tenant in self.stores["Tenant"].list():  # drift: an object of the tenant's edited by hand

@@ -108,6 +108,7 @@ class Controller:
         if CLAIMS in sides:
             reflectors += [
                 self._reflector(API_VERSION, "HostClaim", on.on_claim),
+                *([self._reflector(API_VERSION, "HostClaimSet", on.on_claimset)] if baremetal else []),
                 *(
                     self._reflector(API_VERSION, "HostDeployPolicy", on.on_policy, ns)
                     for ns in (infra if baremetal else ())

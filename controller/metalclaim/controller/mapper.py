@@ -6,9 +6,10 @@ the claim layer's annotations; a host's status and the provisioner's annotations
 provisioner side. So the controller's own writes never cause a run, while a tenant's spec
 edit, a provisioner's state change or an infra team's label always does.
 
-Keys are ("claim", namespace, name) for reconcile.yml, ("remote", namespace, name) for remote.yml and
-("host", namespace, name) for provision.yml. A claim's `kind` (immutable) picks its key: a kind no playbook
-serves gets none, and the controller drops the keys of kinds it was not asked to serve (--kinds).
+Keys are ("claim", namespace, name) for reconcile.yml, ("remote", namespace, name) for remote.yml,
+("claimset", namespace, name) for claimsets.yml and ("host", namespace, name) for provision.yml. A claim's `kind`
+(immutable) picks its key: a kind no playbook serves gets none, and the controller drops the keys of kinds it was not
+asked to serve (--kinds). A member claim of a HostClaimSet also concerns its set (its controller owner reference).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.binding import (
     claim_kind,  # spec.kind, baremetal when unset
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.claimsets import owner_set
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     DATA_ROLES,
     DETACHED_ANNOTATION,
@@ -46,6 +48,7 @@ CLAIM = "claim"
 HOST = "host"
 TENANT = "tenant"  # ("tenant", "", name) for tenant.yml
 REMOTE = "remote"  # ("remote", namespace, name) for remote.yml: a claim mirrored into its hardware cluster
+CLAIMSET = "claimset"  # ("claimset", namespace, name) for claimsets.yml: a HostClaimSet and its member claims
 # The key (so the playbook) of a claim of each kind; a kind not here is served by no playbook of ours.
 KEY_OF_CLAIM_KIND = {BAREMETAL_KIND: CLAIM, REMOTE_KIND: REMOTE}
 CLAIM_KIND_OF_KEY = {key: kind for kind, key in KEY_OF_CLAIM_KIND.items()}
@@ -305,3 +308,39 @@ def claim_changed_for_tenants(old: dict | None, new: dict | None, tenants: list[
     if not tenants or facts(old) == facts(new):
         return Keys()
     return Keys(sorted(key_of(TENANT, tenant) for tenant in tenants))
+
+
+def claimset_changed(old: dict | None, new: dict | None) -> Keys:
+    """A HostClaimSet's spec (replicas: `kubectl scale` too) or its creation; its status is the step's own write. Gone:
+    the garbage collector deletes its claims, nothing is left to run."""
+
+    def fingerprint(claim_set: dict | None):
+        meta = _meta(claim_set)
+        return (meta.get("uid"), meta.get("generation"), bool(meta.get("deletionTimestamp")))
+
+    if new is None or fingerprint(old) == fingerprint(new):
+        return Keys(dropped=True)
+    return Keys([key_of(CLAIMSET, new)])
+
+
+def member_fingerprint(claim: dict | None):
+    """What a set's status counts of a member claim: that it is there, being deleted, bound, Ready."""
+    if claim is None:
+        return None
+    conditions = {c.get("type"): c.get("status") for c in (claim.get("status") or {}).get("conditions") or []}
+    return (
+        _meta(claim).get("uid"),
+        bool(_meta(claim).get("deletionTimestamp")),
+        conditions.get("Association"),
+        conditions.get("Ready"),
+    )
+
+
+def claim_changed_for_sets(old: dict | None, new: dict | None) -> Keys:
+    """A member claim made, bound, Ready, deleted or gone: its set (the controller owner reference) counts again."""
+    owner = owner_set(new or old)
+    if owner is None or not owner.get("name"):
+        return Keys()
+    if member_fingerprint(old) == member_fingerprint(new):
+        return Keys()  # counted by the claim's own mapping (claim_changed), not twice
+    return Keys([(CLAIMSET, _meta(new or old).get("namespace", ""), owner["name"])])
