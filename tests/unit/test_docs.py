@@ -120,3 +120,21 @@ def test_every_tenant_condition_reason_is_in_the_infra_guide():
     documented = set(re.findall(r"`([A-Za-z]+)`", (DOCS / "infra-guide.md").read_text()))
     missing = sorted(reasons - documented)
     assert not missing, f"Tenant reasons docs/infra-guide.md does not explain: {missing}"
+
+
+def test_every_claimset_reason_and_event_is_in_the_tenant_guide():
+    """A HostClaimSet's condition reasons and Events (_claimsets) are the tenant guide's too."""
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claimsets.pure import plan
+
+    tree = ast.parse(Path(plan.__file__).read_text())
+    reasons = {
+        node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        and re.fullmatch(r"[A-Z][a-z]+(?:[A-Z][a-z]+)+", node.value.value)
+    }
+    assert {plan.SCALED_TO_REPLICAS, plan.CREATE_REFUSED, plan.HOSTS_WAITING, plan.CLAIMS_DELETED} <= reasons
+    missing = sorted(reasons - {plan.KIND, plan.CLAIM_KIND} - _documented())
+    assert not missing, f"HostClaimSet reasons docs/tenant-guide.md does not explain: {missing}"
