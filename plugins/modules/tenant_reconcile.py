@@ -29,8 +29,8 @@ description:
     reservations, and the finalizer C(tenancy.metalclaim.io/tenant) goes last. RV(requeue) names the tenants
     waiting on a stage.
   - Hooks (C(spec.hooks)) are POSTed a JSON payload (C(eventType), C(tenantSpec) with the state; for claim events
-    the claim's namespace, name, host name and conditions). A blocking hook is asked before a creation, update or
-    deletion and anything but 200 in time stops it (nothing written but the status, condition C(Hooks) or
+    the claim's namespace, name, host name, lease end and conditions). A blocking hook is asked before a creation,
+    update or deletion and anything but 200 in time stops it (nothing written but the status, condition C(Hooks) or
     C(Deletion) with reason C(HookRefused)); it is asked again after a backoff. Non-blocking hooks are told after the
     change; a failed delivery stays in C(status.hooks.pending) and is retried by later runs once due. Each delivery
     has one deadline, C(timeoutSeconds), for the connection, the request and the whole answer; a hook not reached
@@ -38,6 +38,10 @@ description:
     come from a Secret of type C(tenancy.metalclaim.io/hook-credentials) in the namespace C(metalclaim-hooks),
     labelled C(tenancy.metalclaim.io/tenant) with the tenant's name (another tenant's is never used), and appear in
     no result, status or message. Check mode calls no hook.
+  - A lease entering its warning is told as C(CLAIM_EXPIRING), its end as C(CLAIM_EXPIRED). Blocking C(CLAIM_EXPIRED)
+    hooks are asked about a lease's end from its warning on; their verdicts go on the claim's namespace
+    (annotation C(tenancy.metalclaim.io/expiry-approvals), with C(spec.leaseExpiryGrace)), where the claim layer reads
+    them: it releases the host once they allow that end, or the grace (at most 15 minutes) after it.
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:
@@ -130,13 +134,18 @@ tenants:
       elements: dict
     requeue_after:
       description: Seconds until a hook is due again (a blocking hook's backoff, the next retry of a delivery, a
-        refused binding asked about again).
+        refused binding or lease end asked about again).
       type: float
       returned: when a hook is due again later
     binding_hooks_asked:
       description: The blocking C(CLAIM_BOUND) hooks' answers this run, C({allowed, refused}) (claims asked about).
       type: dict
       returned: when a claim's binding was asked about
+    expiry_hooks_asked:
+      description: The blocking C(CLAIM_EXPIRED) hooks' answers this run, C({allowed, refused}) (leases in their
+        warning, or held past their end, asked about).
+      type: dict
+      returned: when a lease's end was asked about
     deliveries:
       description: Each non-blocking delivery tried, C({hook, eventType, delivered, error}) (credentials redacted).
       type: list

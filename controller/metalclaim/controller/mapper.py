@@ -292,20 +292,17 @@ def tenant_claim_namespaces(tenant: dict) -> list[str]:
 
 
 def claim_changed_for_tenants(old: dict | None, new: dict | None, tenants: list[dict]) -> Keys:
-    """A claim's bound or provisioned state (or the claim itself) changing is a claim event for the tenants whose
-    hooks want them (tenants: those of the claim's namespace, by tenant_claim_namespaces). A claim made (its binding
-    to be asked about) or gone (its verdict to drop) concerns the tenants with blocking CLAIM_BOUND hooks."""
+    """A claim's bound or provisioned state, its lease's warning or end (or the claim itself) changing is a claim
+    event for the tenants whose hooks want them (tenants: those of the claim's namespace, by
+    tenant_claim_namespaces); a lease entering its warning is also when blocking CLAIM_EXPIRED hooks are asked. A
+    claim made (its binding to be asked about) or gone (its verdict to drop) concerns the tenants with blocking
+    CLAIM_BOUND hooks."""
     if (old is None) != (new is None):
         asking = [tenant for tenant in tenants if tenant_hooks.asks_before_binding(tenant)]
         if asking:
             return Keys(sorted(key_of(TENANT, tenant) for tenant in asking))
-
-    def facts(claim: dict | None):
-        # A claim absent is an unbound one: its creation tells nothing, its deletion once bound is a release.
-        found = tenant_hooks.claim_facts(claim or {})
-        return found["hostName"], found["provisioned"]
-
-    if not tenants or facts(old) == facts(new):
+    # A claim absent is an unbound one: its creation tells nothing, its deletion once bound is a release.
+    if not tenants or tenant_hooks.event_fingerprint(old) == tenant_hooks.event_fingerprint(new):
         return Keys()
     return Keys(sorted(key_of(TENANT, tenant) for tenant in tenants))
 

@@ -2,17 +2,20 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Each leased claim's lease in this run, decided once (lease_decisions, from the lists the run reads anyway) and
 shared by the steps: the lease step (lease.py) notes it and releases the host at its end, the bind step never binds
-an expired claim, the sync step never powers or images its host again. I/O edge over _claims/pure/lease.py.
+an expired claim, the sync step never powers or images its host again. A lease's end waits for the tenant's blocking
+CLAIM_EXPIRED hooks (their verdicts on the claim's namespace, written by the tenants side) within their grace.
+I/O edge over _claims/pure/lease.py.
 """
 
 from __future__ import annotations
 
 import weakref
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_labels
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_metadata
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, lease
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import expiry_verdict
 
 _DECISIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # run -> {claim key: (Decision, own hosts)}
 
@@ -26,9 +29,9 @@ def _leased(claim: dict) -> bool:
 
 
 def caps_of(policies: list[dict], namespace: str, labels_of: dict) -> dict:
-    """{infra namespace: cap} for a claim namespace (lease.caps)."""
+    """{infra namespace: cap} for a claim namespace (lease.caps), its Tenant's cap applied."""
     _authorized, decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
-    return lease.caps(policies, decisions)
+    return lease.with_tenant_cap(lease.caps(policies, decisions), labels_of.get(namespace, {}))
 
 
 def lease_decisions(run) -> dict:
@@ -48,15 +51,22 @@ def lease_decisions(run) -> dict:
         now = now_of(run)
         hosts = run.kube.list(API_VERSION, "BareMetalHost")
         policies = run.kube.list(API_VERSION, "HostDeployPolicy")
-        labels_of = namespace_labels(run.kube)
+        metadata_of = namespace_metadata(run.kube)
+        labels_of = {name: meta.get("labels") or {} for name, meta in metadata_of.items()}
         for claim in claims:
             own = sorted((h for h in hosts if binding.consumed_by(h, claim)), key=binding.key)
             expired = bool(((claim.get("status") or {}).get("lease") or {}).get("expired"))
             bound = bool(own) and (expired or binding.committed(claim, own[0]))
             cap = None
+            tenant = lease.tenant_cap(labels_of.get(claim["metadata"]["namespace"], {}))
             if bound:
                 cap = caps_of(policies, claim["metadata"]["namespace"], labels_of).get(binding.key(own[0])[0], False)
-            found[binding.key(claim)] = (lease.decide(claim, bound, cap, now), own if bound else [])
+            decided = lease.decide(claim, bound, cap, now, tenant)
+            if decided.state == lease.EXPIRED and decided.newly and decided.start is not None:
+                annotations = (metadata_of.get(claim["metadata"]["namespace"]) or {}).get("annotations")
+                verdict = expiry_verdict(annotations, claim["metadata"].get("uid", ""), lease.format_time(decided.end))
+                decided = lease.held(claim, decided, verdict, now)
+            found[binding.key(claim)] = (decided, own if bound else [])
     _DECISIONS[run] = found
     return found
 

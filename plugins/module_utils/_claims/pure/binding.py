@@ -253,13 +253,15 @@ def plan(
         message = f"no HostDeployPolicy{where} admits namespace {key(claim)[0]!r}"
         return Plan(claim, "refuse", reason=NOT_AUTHORIZED, message=message, stale_status=stale)
     if lease_caps and now is not None:
+        tenant_cap = lease.tenant_cap(namespace_labels)  # the namespace's Tenant's cap: the smaller applies
+        lease_caps = lease.with_tenant_cap(lease_caps, namespace_labels)
         try:
             wanted = lease.asked(claim)
         except lease.LeaseError as error:
             return Plan(claim, "refuse", reason=lease.LEASE_INVALID, message=f"spec.lease: {error}", stale_status=stale)
         fitting = [ns for ns in allowed if lease.fits(wanted, lease_caps.get(ns), now)]
         if not fitting:
-            reason, message = lease.refusal(wanted, [lease_caps.get(ns) for ns in allowed], now)
+            reason, message = lease.refusal(wanted, [lease_caps.get(ns) for ns in allowed], now, tenant_cap)
             return Plan(claim, "refuse", reason=reason, message=message, stale_status=stale)
         allowed = fitting
 

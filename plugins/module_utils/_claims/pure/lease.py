@@ -10,7 +10,9 @@ claim's is, ``status.lease.expired`` is set and the claim is never bound again.
 A HostDeployPolicy's ``spec.maxLeaseDuration`` caps the leases of the namespaces it admits, for the hosts of its
 own infra namespace (several policies of one namespace: the largest cap; one without a cap: no cap), and makes
 a lease required there. Over the cap, an unbound claim is not bound there; a bound claim's extension is refused
-and its lease keeps its end. Lowering a cap shortens no lease already running.
+and its lease keeps its end. Lowering a cap shortens no lease already running. A Tenant's ``spec.maxLeaseDuration``
+(written on each of its namespaces by the tenants side: tenancy.MAX_LEASE_DURATION_LABEL) caps the leases of its
+namespaces on every host, and requires one, the same way: the smaller of the two caps applies.
 
 Every decision takes the run's timestamp (``now``): no clock here. A warning starts ``WARNING_FRACTION`` of the
 lease's length before its end, at most ``WARNING_MAX`` seconds before it.
@@ -23,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import tenancy
 
 LEASE = "Lease"  # the condition type
 # Reasons (the tenant guide lists them).
@@ -32,6 +35,7 @@ LEASE_EXPIRED = "LeaseExpired"
 LEASE_OVER_CAP = "LeaseOverCap"
 LEASE_REQUIRED = "LeaseRequired"
 LEASE_INVALID = "LeaseInvalid"
+LEASE_EXPIRY_HELD = tenancy.LEASE_EXPIRY_HELD_REASON  # past its end, held by the tenant's blocking CLAIM_EXPIRED hooks
 
 WARNING_FRACTION = 0.1
 WARNING_MAX = 900  # seconds: 15 minutes
@@ -43,6 +47,7 @@ UNBOUND = "unbound"  # a lease asked, not started: the bind step checks it again
 ACTIVE = "active"
 ENDING = "ending"  # within the warning window
 EXPIRED = "expired"
+HELD = "held"  # past its end, its host kept while the tenant's blocking CLAIM_EXPIRED hooks hold it (a grace at most)
 
 
 class LeaseError(ValueError):
@@ -126,6 +131,37 @@ def policy_cap(policy: dict) -> int | None:
         return 0
 
 
+def tenant_cap(namespace_labels: dict | None) -> int | None:
+    """The cap of the namespace's Tenant in seconds (None: none). One that cannot be read caps at 0 (fail closed)."""
+    text = tenancy.max_lease_duration(namespace_labels)
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except LeaseError:
+        return 0
+
+
+def smaller(cap, other: int | None):
+    """The smaller of two caps, None being no cap (`cap` False, no policy admitting any more, stays False)."""
+    if cap is False or other is None:
+        return cap
+    return other if cap is None else min(cap, other)
+
+
+def with_tenant_cap(found: dict, namespace_labels: dict | None) -> dict:
+    """caps() with the namespace's Tenant cap applied to each infra namespace: the smaller of the two."""
+    cap = tenant_cap(namespace_labels)
+    if cap is None:
+        return found
+    return {namespace: smaller(value, cap) for namespace, value in found.items()}
+
+
+def _whose(cap: int, tenant: int | None, where: str) -> str:
+    """Who sets the cap the tenant is told of: their Tenant when its cap is that one, else the policies."""
+    return "this namespace's Tenant" if tenant is not None and tenant == cap else f"the HostDeployPolicies {where}"
+
+
 def caps(policies: list[dict], decisions) -> dict:
     """{infra namespace: its cap in seconds, or None for no cap} over the namespaces the policies admit (decisions:
     _claims/pure/policy.py evaluate_policies' second value). A namespace is uncapped when any policy of it that
@@ -160,19 +196,23 @@ def fits(wanted: Asked | None, cap: int | None, now: datetime.datetime) -> bool:
     return wanted is not None and seconds_between(now, wanted.end_from(now)) <= cap
 
 
-def refusal(wanted: Asked | None, caps_of_allowed: list, now: datetime.datetime) -> tuple[str, str]:
-    """(Association reason, message) for an unbound claim no admitted namespace's cap lets bind. The tenant reads
-    it: the largest cap that would apply, never which namespace or policy has it."""
+def refusal(
+    wanted: Asked | None, caps_of_allowed: list, now: datetime.datetime, tenant: int | None = None
+) -> tuple[str, str]:
+    """(Association reason, message) for an unbound claim no admitted namespace's cap lets bind (caps_of_allowed:
+    with the Tenant cap `tenant` applied). The tenant reads it: the largest cap that would apply, never which
+    namespace or policy has it; their Tenant named when its cap is that one."""
     largest = max(cap for cap in caps_of_allowed if cap is not None)
+    who = _whose(largest, tenant, "admitting this namespace")
     if wanted is None:
         return LEASE_REQUIRED, (
-            f"the HostDeployPolicies admitting this namespace require a lease: set spec.lease (a duration or an end, "
+            f"{who} require{'s' if who.startswith('this') else ''} a lease: set spec.lease (a duration or an end, "
             f"at most {format_duration(largest)} from the binding)"
         )
     length = seconds_between(now, wanted.end_from(now))
     return LEASE_OVER_CAP, (
-        f"spec.lease asks for {wanted.spelled()} ({format_duration(length)} from now); the HostDeployPolicies "
-        f"admitting this namespace allow at most {format_duration(largest)}"
+        f"spec.lease asks for {wanted.spelled()} ({format_duration(length)} from now); {who} "
+        f"allow{'s' if who.startswith('this') else ''} at most {format_duration(largest)}"
     )
 
 
@@ -241,10 +281,10 @@ def expired_conditions(end: datetime.datetime, released: bool, was_bound: bool =
     ]
 
 
-def decide(claim: dict, bound: bool, cap, now: datetime.datetime) -> Decision:
+def decide(claim: dict, bound: bool, cap, now: datetime.datetime, tenant: int | None = None) -> Decision:
     """The lease of `claim` at `now`. `bound`: the claim holds a host (its binding committed); `cap`: the cap of that
     host's infra namespace (seconds, None for none, or False when no policy admits the claim's namespace there any
-    more: the lease may then not be extended)."""
+    more: the lease may then not be extended), the Tenant's cap `tenant` applied (smaller)."""
     recorded = _recorded(claim)
     try:
         wanted = asked(claim)
@@ -275,7 +315,9 @@ def decide(claim: dict, bound: bool, cap, now: datetime.datetime) -> Decision:
         if cap is None:
             end = None  # removed, and no cap asks for one
         else:
-            end, refused = recorded_end, (LEASE_REQUIRED, "the HostDeployPolicies of this host require a lease")
+            who = _whose(cap, tenant, "of this host")
+            requires = "requires" if who.startswith("this") else "require"
+            end, refused = recorded_end, (LEASE_REQUIRED, f"{who} {requires} a lease")
     else:
         end = wanted.end_from(start)
         length = seconds_between(start, end)
@@ -289,8 +331,9 @@ def decide(claim: dict, bound: bool, cap, now: datetime.datetime) -> Decision:
                 recorded_end,
                 (
                     LEASE_OVER_CAP,
-                    f"spec.lease asks for {wanted.spelled()}, {format_duration(length)} after the binding; the "
-                    f"HostDeployPolicies of this host allow at most {format_duration(cap)}",
+                    f"spec.lease asks for {wanted.spelled()}, {format_duration(length)} after the binding; "
+                    f"{_whose(cap, tenant, 'of this host')} "
+                    f"allow{'s' if tenant == cap else ''} at most {format_duration(cap)}",
                 ),
             )
     if end is None:
@@ -361,4 +404,32 @@ def started(claim: dict, now: datetime.datetime) -> Decision | None:
         [(LEASE, "True", LEASE_ACTIVE, message)],
         {"start": format_time(now), "end": format_time(end)},
         seconds_between(now, warning),
+    )
+
+
+def held(claim: dict, found: Decision, verdict: tuple[int, str] | None, now: datetime.datetime) -> Decision:
+    """`found` once the tenant's blocking CLAIM_EXPIRED hooks had their say (verdict: _common/pure/tenancy.py
+    expiry_verdict for the lease's end; None: nothing holds it). A lease that ends in this run, its claim bound, is
+    held while the hooks have not allowed that end and the grace after it has not passed: its host stays, the claim
+    says why and until when, and the run comes back at the grace's end (the hooks' answer wakes it before)."""
+    if verdict is None or found.state != EXPIRED or not found.newly or found.start is None:
+        return found
+    grace, why = verdict
+    until = found.end + datetime.timedelta(seconds=grace)
+    if now >= until:
+        return found
+    message = (
+        f"the lease ended at {format_time(found.end)}; the tenant's blocking CLAIM_EXPIRED hook(s) hold its host until "
+        f"{format_time(until)} at the latest: {why}"
+    )
+    newly = LEASE_EXPIRY_HELD if _previous_reason(claim) != LEASE_EXPIRY_HELD else ""
+    return Decision(
+        HELD,
+        found.start,
+        found.end,
+        found.warning,
+        [(LEASE, "True", LEASE_EXPIRY_HELD, message)],
+        {"start": format_time(found.start), "end": format_time(found.end)},
+        seconds_between(now, until),
+        newly,
     )

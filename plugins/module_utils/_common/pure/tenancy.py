@@ -1,7 +1,7 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Names the tenant step writes and the claim layer reads (exclusive hosts, the bound-host limit, the blocking
-CLAIM_BOUND hooks' verdicts). Pure.
+"""Names the tenant step writes and the claim layer reads (exclusive hosts, the bound-host limit, the lease cap, the
+blocking CLAIM_BOUND and CLAIM_EXPIRED hooks' verdicts). Pure.
 
 A reservation lives on the BareMetalHost itself, in one annotation listing the tenants it is reserved
 for: the bind step already holds every host and every namespace's labels, so it checks a reservation
@@ -30,8 +30,24 @@ BINDING_APPROVALS_ANNOTATION = "tenancy.metalclaim.io/binding-approvals"
 # On each of a tenant's namespaces while one of its spec.hostPools has a hostSelector: {infra namespace: selector}
 # (JSON). A claim of the namespace binds, in those infra namespaces, only hosts the selector matches.
 HOST_POOLS_ANNOTATION = "tenancy.metalclaim.io/host-pools"
+# On each of a tenant's namespaces while its spec.maxLeaseDuration is set: that cap, a Go-style duration (720h). A
+# label, as the bound-host limit: the claim layer lists namespace labels anyway, a change of labels wakes the
+# namespace's claims, and the HostClaim admission policy reads it (namespaceObject) to refuse a lease over it.
+MAX_LEASE_DURATION_LABEL = "tenancy.metalclaim.io/max-lease-duration"
+# On each of a tenant's namespaces while one of its hooks is a blocking CLAIM_EXPIRED hook: a JSON object
+# {"graceSeconds": n, "claims": {claim uid: {"name", "end", "allowed", "message", "attempts", "nextAskAt"}}}. Present,
+# it means a lease of the namespace ends (its host released) only once the hooks allowed that very end, or
+# graceSeconds after it at the latest.
+EXPIRY_APPROVALS_ANNOTATION = "tenancy.metalclaim.io/expiry-approvals"
+# The longest a blocking CLAIM_EXPIRED hook may hold a lease's end (a Tenant's spec.leaseExpiryGrace may shorten it).
+EXPIRY_GRACE_MAX_SECONDS = 900
+# The Lease condition's reasons a claim shows from its warning until its host is released: the tenant step tells
+# CLAIM_EXPIRING (and asks the blocking CLAIM_EXPIRED hooks) then. _claims/pure/lease.py has the same names.
+LEASE_CONDITION = "Lease"
+LEASE_ENDING_REASON = "LeaseEnding"
+LEASE_EXPIRY_HELD_REASON = "LeaseExpiryHeld"
 # What the bind step reads of a namespace besides its labels (a change of either wakes its claims).
-BINDING_ANNOTATIONS = (BINDING_APPROVALS_ANNOTATION, HOST_POOLS_ANNOTATION)
+BINDING_ANNOTATIONS = (BINDING_APPROVALS_ANNOTATION, HOST_POOLS_ANNOTATION, EXPIRY_APPROVALS_ANNOTATION)
 
 
 def reserved_for(host: dict) -> list[str]:
@@ -121,3 +137,39 @@ def binding_verdict(namespace_annotations: dict | None, claim_uid: str) -> tuple
     if verdict.get("nextAskAt"):
         message += f"; asked again at {verdict['nextAskAt']}"
     return True, message
+
+
+def max_lease_duration(namespace_labels: dict | None) -> str | None:
+    """The tenant's lease cap as written on its namespace (a Go-style duration; None: no cap). Read only on a
+    namespace of a tenant, as the bound-host limit; the claim layer parses it and fails closed on a bad value."""
+    if not tenant_of(namespace_labels):
+        return None
+    return (namespace_labels or {}).get(MAX_LEASE_DURATION_LABEL)
+
+
+def expiry_approvals(namespace_annotations: dict | None) -> dict | None:
+    """{"graceSeconds": n, "claims": {uid: verdict}} (None: no hook holds the leases of the namespace). An unreadable
+    value holds every lease for the longest grace: a hold misread must not become a release unasked."""
+    found = _json_object(namespace_annotations, EXPIRY_APPROVALS_ANNOTATION)
+    if found is None:
+        return None
+    if found is False or not isinstance(found.get("claims", {}), dict):
+        return {"graceSeconds": EXPIRY_GRACE_MAX_SECONDS, "claims": {}}
+    grace = found.get("graceSeconds")
+    if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= EXPIRY_GRACE_MAX_SECONDS:
+        grace = EXPIRY_GRACE_MAX_SECONDS
+    return {"graceSeconds": grace, "claims": found.get("claims") or {}}
+
+
+def expiry_verdict(namespace_annotations: dict | None, claim_uid: str, end: str) -> tuple[int, str] | None:
+    """None when the lease of this claim ending at `end` (RFC 3339, as status.lease.end) may end as far as hooks go;
+    else (grace seconds, why it is held). A verdict given for another end (the lease was extended) does not count."""
+    approvals = expiry_approvals(namespace_annotations)
+    if approvals is None:
+        return None
+    verdict = approvals["claims"].get(claim_uid)
+    if isinstance(verdict, dict) and verdict.get("end") == end and verdict.get("allowed") is True:
+        return None
+    if not isinstance(verdict, dict) or verdict.get("end") != end:
+        return approvals["graceSeconds"], "waiting for the tenant's blocking CLAIM_EXPIRED hook(s) to allow the end"
+    return approvals["graceSeconds"], str(verdict.get("message") or "a blocking CLAIM_EXPIRED hook refused the end")

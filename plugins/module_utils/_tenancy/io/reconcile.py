@@ -34,9 +34,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.status import status_patch
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     BINDING_APPROVALS_ANNOTATION,
+    EXPIRY_APPROVALS_ANNOTATION,
     TENANT_LABEL,
     annotation_value,
     binding_approvals,
+    expiry_approvals,
     reserved_for,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.io.hooks import Deliverer
@@ -318,10 +320,13 @@ def _with_claim_events(run: TenantRun, snapshot: Batch, tenant: dict, hook_state
 def _binding_verdicts(run: TenantRun, snapshot: Batch, tenant: dict, state: str, result: dict) -> list[str]:
     """Ask the blocking CLAIM_BOUND hooks about each unbound claim of the tenant's namespaces not yet allowed
     (a refused one after its backoff) and write the verdicts on its namespace, where the bind step reads them; the
-    annotation goes when no hook asks any more. Sets result["binding_reask_after"]; returns the write errors."""
+    annotation goes when no hook asks any more. The blocking CLAIM_EXPIRED hooks likewise about each lease in its
+    warning (or held past its end), for that end, with the grace. Sets result["binding_reask_after"]; returns the
+    write errors."""
     asks = hook_plan.asks_before_binding(tenant)
+    asks_expiry = hook_plan.asks_before_expiry(tenant)
     namespaces = _namespaces_of(snapshot, tenant)
-    claims = snapshot.claims_in(namespaces) if asks else []
+    claims = snapshot.claims_in(namespaces) if asks or asks_expiry else []
     errors, waits = [], []
     objects = snapshot.objects
     for namespace_name in namespaces:
@@ -340,6 +345,15 @@ def _binding_verdicts(run: TenantRun, snapshot: Batch, tenant: dict, state: str,
             annotations[BINDING_APPROVALS_ANNOTATION] = annotation_value(verdicts)
         else:
             annotations.pop(BINDING_APPROVALS_ANNOTATION, None)
+        if asks_expiry:
+            mine = [c for c in claims if c["metadata"].get("namespace") == namespace_name]
+            previous = (expiry_approvals(annotations) or {}).get("claims") or {}
+            verdicts = _asked_expiry(run, tenant, state, previous, mine, result)
+            waits.append(hook_plan.seconds_until_reask(verdicts, hook_plan.parse_time(cond.now())))
+            value = {"graceSeconds": hook_plan.expiry_grace(tenant), "claims": verdicts}
+            annotations[EXPIRY_APPROVALS_ANNOTATION] = annotation_value(value)
+        else:
+            annotations.pop(EXPIRY_APPROVALS_ANNOTATION, None)
         if annotations == (namespace["metadata"].get("annotations") or {}):
             continue
         updated = copy.deepcopy(namespace)
@@ -369,15 +383,35 @@ def _asked(run: TenantRun, tenant: dict, state: str, verdicts: dict, claims: lis
     return verdicts
 
 
+def _asked_expiry(run: TenantRun, tenant: dict, state: str, verdicts: dict, claims: list[dict], result: dict) -> dict:
+    """The expiry verdicts of a namespace's claims after asking about those due (nobody is asked in check mode)."""
+    verdicts = hook_plan.expiry_verdicts_kept(verdicts, claims)
+    now = hook_plan.parse_time(run.timestamp)
+    due = [] if run.check_mode else hook_plan.expiries_to_ask(verdicts, claims, now)
+    for claim in due:
+        uid = claim["metadata"].get("uid", "")
+        refusal = _ask_blocking_claim_event(run, tenant, state, claim, hook_plan.CLAIM_EXPIRED)
+        answered = hook_plan.parse_time(cond.now())
+        verdicts[uid] = hook_plan.expiry_verdict_after(verdicts.get(uid), claim, refusal, answered)
+        counts = result.setdefault("expiry_hooks_asked", {"allowed": 0, "refused": 0})
+        counts["refused" if refusal else "allowed"] += 1
+    return verdicts
+
+
 def _ask_about_binding(run: TenantRun, tenant: dict, state: str, claim: dict) -> str:
     """The first blocking CLAIM_BOUND hook's refusal of binding this claim ("" when all answer 200)."""
+    return _ask_blocking_claim_event(run, tenant, state, claim, hook_plan.CLAIM_BOUND)
+
+
+def _ask_blocking_claim_event(run: TenantRun, tenant: dict, state: str, claim: dict, event: str) -> str:
+    """The first blocking hook's refusal of this claim's event (CLAIM_BOUND, CLAIM_EXPIRED; "" when all answer 200)."""
     facts = hook_plan.claim_facts(claim)
     conditions = (claim.get("status") or {}).get("conditions")
-    body = hook_plan.payload(hook_plan.CLAIM_BOUND, tenant, state, claim=facts, conditions=conditions)
-    for hook in hook_plan.subscribed(tenant, hook_plan.CLAIM_BOUND, blocking=True):
+    body = hook_plan.payload(event, tenant, state, claim=facts, conditions=conditions)
+    for hook in hook_plan.subscribed(tenant, event, blocking=True):
         detail = run.deliverer.send(hook, body)
         if detail:
-            return hook_plan.refusal_message(hook, hook_plan.CLAIM_BOUND, detail)
+            return hook_plan.refusal_message(hook, event, detail)
     return ""
 
 

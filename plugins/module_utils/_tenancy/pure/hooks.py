@@ -3,8 +3,9 @@
 """Tenant hooks (TAPMS's tenanthooks): which events are due, their payloads, credentials, backoff. Pure.
 
 A hook is POSTed a JSON payload for the event types it subscribes to. A blocking hook is asked before a tenant
-change (CREATE, UPDATE, DELETE) or a claim's binding (CLAIM_BOUND) and anything but 200 stops that change; a
-non-blocking hook is told after the change, never delays it, and a failed delivery is retried with backoff.
+change (CREATE, UPDATE, DELETE), a claim's binding (CLAIM_BOUND) or a lease's end (CLAIM_EXPIRED) and anything but
+200 stops (or holds, for a lease's end: a grace at most) that change; a non-blocking hook is told after the change,
+never delays it, and a failed delivery is retried with backoff.
 What was asked and delivered lives in the Tenant's status.hooks, so every run starts from current state (no run
 sleeps waiting for a hook):
 
@@ -14,10 +15,13 @@ sleeps waiting for a hook):
   status.hooks.refused              the change refused (eventType, generation) and when to ask again
   status.hooks.pending              non-blocking deliveries not yet accepted: hook, eventType, (claim),
                                     attempts, nextAttemptAt, lastError
-  status.hooks.claims               each claim of the tenant's namespaces as last delivered: bound, provisioned
+  status.hooks.claims               each claim of the tenant's namespaces as last delivered: bound, provisioned,
+                                    its lease's end, expiring (in its warning), expired
 
 The blocking CLAIM_BOUND hooks' verdicts live on the tenant's namespaces (tenancy.BINDING_APPROVALS_ANNOTATION),
-where the bind step reads them: claim uid -> allowed, or refused with the message and when to ask again.
+where the bind step reads them: claim uid -> allowed, or refused with the message and when to ask again. The blocking
+CLAIM_EXPIRED hooks' verdicts likewise (tenancy.EXPIRY_APPROVALS_ANNOTATION), for the lease's end they were asked
+about, with the grace: the claim layer releases a lease's host once they allow its end, or a grace after it.
 
 Never in a payload, the status or a message: Secret data (credentials are redacted from whatever a hook
 answers) and BMC data (a claim is described by namespace, name, host name and its conditions only).
@@ -37,7 +41,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import TIMESTAMP_FORMAT
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import TENANT_LABEL
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    EXPIRY_GRACE_MAX_SECONDS,
+    LEASE_CONDITION,
+    LEASE_ENDING_REASON,
+    LEASE_EXPIRY_HELD_REASON,
+    TENANT_LABEL,
+)
 
 UTC = timezone.utc  # datetime.UTC is Python 3.11+; modules run on 3.10 too (tests/config.yml)
 
@@ -47,8 +57,10 @@ DELETE = "DELETE"
 CLAIM_BOUND = "CLAIM_BOUND"
 CLAIM_PROVISIONED = "CLAIM_PROVISIONED"
 CLAIM_RELEASED = "CLAIM_RELEASED"
+CLAIM_EXPIRING = "CLAIM_EXPIRING"  # a claim's lease entered its warning window (told; cannot be stopped)
+CLAIM_EXPIRED = "CLAIM_EXPIRED"  # its lease ended (a blocking hook is asked before: it may hold the end, a grace)
 TENANT_EVENTS = (CREATE, UPDATE, DELETE)
-CLAIM_EVENTS = (CLAIM_BOUND, CLAIM_PROVISIONED, CLAIM_RELEASED)
+CLAIM_EVENTS = (CLAIM_BOUND, CLAIM_PROVISIONED, CLAIM_RELEASED, CLAIM_EXPIRING, CLAIM_EXPIRED)
 EVENT_TYPES = TENANT_EVENTS + CLAIM_EVENTS
 
 # Tenants are cluster-scoped, so credentials Secrets live in one namespace of their own: the tenancy identity
@@ -173,12 +185,19 @@ def tenant_event_due(tenant: dict) -> str | None:
 
 
 def claim_facts(claim: dict) -> dict:
-    """What a claim's events are computed from; never its host's BMC or hardware data."""
+    """What a claim's events are computed from; never its host's BMC or hardware data. `leaseEnd` is
+    status.lease.end ("" without a lease), `expiring` the Lease condition's warning (LeaseEnding, or its end held
+    by a blocking hook), `expired` status.lease.expired."""
     meta = claim.get("metadata") or {}
     status = claim.get("status") or {}
     host = (status.get("hardwareData") or {}).get("name") or ""
-    provisioned = any(
-        c.get("type") == "Provisioned" and c.get("status") == "True" for c in status.get("conditions") or []
+    conditions = status.get("conditions") or []
+    provisioned = any(c.get("type") == "Provisioned" and c.get("status") == "True" for c in conditions)
+    lease = status.get("lease") or {}
+    expired = lease.get("expired") is True
+    expiring = not expired and any(
+        c.get("type") == LEASE_CONDITION and c.get("reason") in (LEASE_ENDING_REASON, LEASE_EXPIRY_HELD_REASON)
+        for c in conditions
     )
     return {
         "namespace": meta.get("namespace", ""),
@@ -186,13 +205,25 @@ def claim_facts(claim: dict) -> dict:
         "hostName": host,
         "bound": bool(host),
         "provisioned": bool(host) and provisioned,
+        "leaseEnd": str(lease.get("end") or ""),
+        "expiring": bool(host) and expiring,
+        "expired": expired,
     }
+
+
+def event_fingerprint(claim: dict | None) -> tuple:
+    """What of a claim its tenant's claim events are computed from (the controller's mapper compares it: a claim
+    change that alters none of it tells no hook anything). A claim absent is an unbound one."""
+    found = claim_facts(claim or {})
+    return found["hostName"], found["provisioned"], found["leaseEnd"], found["expiring"], found["expired"]
 
 
 def claim_events(recorded: list[dict], claims: list[dict]) -> tuple[list[tuple[str, dict]], list[dict]]:
     """(event type, claim facts) for each change since `recorded` (what was last delivered), and the new record.
 
-    Unbound claims that never were bound are not recorded (the record is of claims with something to tell).
+    Unbound claims that never were bound are not recorded (the record is of claims with something to tell), but
+    for an expired lease's (its end is told once). CLAIM_EXPIRING is told once per lease end (an extended lease
+    entering its new warning is told again); CLAIM_EXPIRED before the CLAIM_RELEASED of the same claim.
     """
     before = {(r["namespace"], r["name"]): r for r in recorded or []}
     events: list[tuple[str, dict]] = []
@@ -203,6 +234,10 @@ def claim_events(recorded: list[dict], claims: list[dict]) -> tuple[list[tuple[s
         key = (facts["namespace"], facts["name"])
         seen.add(key)
         old = before.get(key) or {"bound": False, "provisioned": False, "hostName": ""}
+        if facts["expiring"] and not (old.get("expiring") and old.get("leaseEnd") == facts["leaseEnd"]):
+            events.append((CLAIM_EXPIRING, facts))
+        if facts["expired"] and not old.get("expired"):
+            events.append((CLAIM_EXPIRED, {**facts, "hostName": facts["hostName"] or old.get("hostName", "")}))
         if old["bound"] and (not facts["bound"] or old["hostName"] != facts["hostName"]):
             events.append((CLAIM_RELEASED, {**facts, "hostName": old["hostName"]}))
             old = {"bound": False, "provisioned": False}
@@ -210,7 +245,7 @@ def claim_events(recorded: list[dict], claims: list[dict]) -> tuple[list[tuple[s
             events.append((CLAIM_BOUND, facts))
         if facts["provisioned"] and not old["provisioned"]:
             events.append((CLAIM_PROVISIONED, facts))
-        if facts["bound"]:
+        if facts["bound"] or facts["expired"]:
             record.append(facts)
     for key, old in sorted(before.items()):
         if key not in seen and old.get("bound"):
@@ -246,6 +281,7 @@ def payload(event_type: str, tenant: dict, state: str, claim: dict | None = None
             "namespace": claim["namespace"],
             "name": claim["name"],
             "hostName": claim.get("hostName", ""),
+            **({"leaseEnd": claim["leaseEnd"]} if claim.get("leaseEnd") else {}),
             "conditions": [
                 {k: c.get(k, "") for k in ("type", "status", "reason", "message")} for c in conditions or []
             ],
@@ -348,6 +384,8 @@ def queued(pending: list[dict], tenant: dict, event_type: str, now: str, claim: 
         entry = {"hook": hook.name, "eventType": event_type, "attempts": 0, "nextAttemptAt": now, "lastError": ""}
         if claim is not None:
             entry["claim"] = {k: claim.get(k, "") for k in ("namespace", "name", "hostName")}
+            if claim.get("leaseEnd"):
+                entry["claim"]["leaseEnd"] = claim["leaseEnd"]
         if delivery_key(entry) not in keys:
             keys.add(delivery_key(entry))
             result.append(entry)
@@ -492,3 +530,53 @@ def seconds_until_reask(verdicts: dict, now: datetime) -> float | None:
     if not times:
         return None
     return max(0.0, (min(times) - now).total_seconds())
+
+
+# -- blocking CLAIM_EXPIRED hooks: a lease ends once they allow its end (or a grace after it) -------------------
+
+
+def asks_before_expiry(tenant: dict) -> bool:
+    return bool(subscribed(tenant, CLAIM_EXPIRED, blocking=True))
+
+
+def expiry_grace(tenant: dict) -> int:
+    """Seconds a blocking CLAIM_EXPIRED hook may hold a lease's end: spec.leaseExpiryGrace, at most (and by default)
+    EXPIRY_GRACE_MAX_SECONDS. A value that cannot be read is the default."""
+    text = (tenant.get("spec") or {}).get("leaseExpiryGrace")
+    match = (
+        re.fullmatch(r"(?:(\d{1,6})h)?(?:(\d{1,6})m)?(?:(\d{1,6})s)?", text) if isinstance(text, str) and text else None
+    )
+    if match is None or not any(match.groups()):
+        return EXPIRY_GRACE_MAX_SECONDS
+    hours, minutes, seconds = (int(part or 0) for part in match.groups())
+    return min(EXPIRY_GRACE_MAX_SECONDS, hours * 3600 + minutes * 60 + seconds)
+
+
+def expiries_to_ask(verdicts: dict, claims: list[dict], now: datetime) -> list[dict]:
+    """The claims whose lease's end the blocking hooks must be asked about now: bound, not being deleted, in their
+    warning (or held past their end), and never asked about this end, or refused and due again."""
+    due_now = []
+    for claim in sorted(claims, key=lambda c: (c["metadata"].get("namespace"), c["metadata"].get("name"))):
+        meta, facts = claim["metadata"], claim_facts(claim)
+        if meta.get("deletionTimestamp") or not facts["expiring"]:
+            continue
+        verdict = verdicts.get(meta.get("uid", ""))
+        fresh = not isinstance(verdict, dict) or verdict.get("end") != facts["leaseEnd"]
+        if fresh or (verdict.get("allowed") is not True and _ask_again_by(verdict) <= now):
+            due_now.append(claim)
+    return due_now
+
+
+def expiry_verdict_after(previous: dict | None, claim: dict, refusal: str, now: datetime) -> dict:
+    """A claim's expiry verdict after asking, for the lease's end it was asked about (a new end: attempts anew)."""
+    end = claim_facts(claim)["leaseEnd"]
+    same_end = isinstance(previous, dict) and previous.get("end") == end
+    verdict = verdict_after(previous if same_end else None, claim, refusal, now)
+    return {**verdict, "end": end}
+
+
+def expiry_verdicts_kept(verdicts: dict, claims: list[dict]) -> dict:
+    """The verdicts of claims in their lease's warning or held past its end: once the lease ended, or was extended
+    out of its warning, nothing is left to hold (nor to ask again)."""
+    live = {c["metadata"].get("uid", "") for c in claims if claim_facts(c)["expiring"]}
+    return {uid: verdict for uid, verdict in verdicts.items() if uid in live}

@@ -26,6 +26,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     BINDING_APPROVALS_ANNOTATION,
     HOST_POOLS_ANNOTATION,
     MAX_BOUND_HOSTS_LABEL,
+    MAX_LEASE_DURATION_LABEL,
     RESERVED_FOR_ANNOTATION,
     TENANT_LABEL,
     annotation_value,
@@ -93,6 +94,10 @@ DELETING_NAMESPACES = "DeletingNamespaces"
 DELETION_FAILED = "DeletionFailed"
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# A Go-style duration of hours, minutes and seconds (the CRD's pattern; the claim layer parses it).
+DURATION = re.compile(r"(?:\d{1,6}h)?(?:\d{1,6}m)?(?:\d{1,6}s)?")
+# The labels of ours on a namespace that go when their spec field goes (the limits lifted).
+LIFTED_LABELS = (MAX_BOUND_HOSTS_LABEL, MAX_LEASE_DURATION_LABEL)
 
 
 @dataclass(frozen=True)
@@ -205,6 +210,12 @@ def validate(tenant: dict, required_prefix: str = "") -> list[Problem]:
         if maximum is not None and (isinstance(maximum, bool) or not isinstance(maximum, int) or maximum < 0):
             field = f"spec.quota.{limit}"
             problems.append(Problem(field, INVALID_FIELD, f"{field} must be an integer >= 0"))
+    cap = spec(tenant).get("maxLeaseDuration")
+    if cap is not None and not (
+        isinstance(cap, str) and cap and DURATION.fullmatch(cap) and any(ch in "123456789" for ch in cap)
+    ):
+        field = "spec.maxLeaseDuration"
+        problems.append(Problem(field, INVALID_FIELD, f"{field} {cap!r} is not a duration such as 720h or 90m"))
     problems += [Problem(field, INVALID_FIELD, message) for field, message in hooks.validate(tenant)]
     return problems
 
@@ -224,6 +235,10 @@ def max_bound_hosts(tenant: dict) -> int | None:
     return (spec(tenant).get("quota") or {}).get("maxBoundHosts")
 
 
+def max_lease_duration(tenant: dict) -> str | None:
+    return spec(tenant).get("maxLeaseDuration")
+
+
 def host_pool_selectors(tenant: dict) -> dict:
     """{infra namespace: hostSelector} of the pools that narrow their namespace's hosts."""
     return {p["namespace"]: p["hostSelector"] for p in spec(tenant).get("hostPools") or [] if p.get("hostSelector")}
@@ -237,6 +252,9 @@ def _namespace(tenant: dict, namespace: str) -> dict:
     if max_bound_hosts(tenant) is not None:
         # Where the bind step reads the limit (it counts the tenant's hosts from what it lists anyway).
         meta["labels"][MAX_BOUND_HOSTS_LABEL] = str(max_bound_hosts(tenant))
+    if max_lease_duration(tenant) is not None:
+        # Where the claim layer reads the cap (with the namespace's labels) and the admission policy too.
+        meta["labels"][MAX_LEASE_DURATION_LABEL] = max_lease_duration(tenant)
     if hooks.asks_before_binding(tenant):
         # Born needing approval: a claim made the moment the namespace exists cannot bind before the hooks are
         # asked. The verdicts are the hook step's to write (updated_object leaves annotations alone).
@@ -423,8 +441,9 @@ def updated_object(desired: dict, current: dict) -> dict | None:
     updated = copy.deepcopy(current)
     meta = updated.setdefault("metadata", {})
     labels = dict(meta.get("labels") or {})
-    if desired["kind"] == "Namespace" and MAX_BOUND_HOSTS_LABEL not in desired["metadata"]["labels"]:
-        labels.pop(MAX_BOUND_HOSTS_LABEL, None)  # the limit was lifted: the only label of ours that may go
+    for lifted in LIFTED_LABELS if desired["kind"] == "Namespace" else ():
+        if lifted not in desired["metadata"]["labels"]:
+            labels.pop(lifted, None)  # the limit was lifted: the only labels of ours that may go
     labels.update(desired["metadata"].get("labels") or {})
     meta["labels"] = labels
     kind = desired["kind"]
