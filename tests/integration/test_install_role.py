@@ -27,6 +27,7 @@ def test_install_can_leave_metal3_crds_to_metal3(devenv, tmp_path):
     applied = [item["item"] for r in results for item in r.get("results", []) if r["task"].startswith("Apply the CRDs")]
     assert applied == [
         "metal3.io_hostclaims.yaml",
+        "metal3.io_hostclaimsets.yaml",
         "metal3.io_hostdeploypolicies.yaml",
         "tenancy.metalclaim.io_tenants.yaml",
     ]
@@ -66,6 +67,7 @@ def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
         assert "app.kubernetes.io/name" not in after["metadata"].get("labels", {})
         assert _applied_crds(results) == [
             "metal3.io_hostclaims.yaml",
+            "metal3.io_hostclaimsets.yaml",
             "metal3.io_hostdeploypolicies.yaml",
             "tenancy.metalclaim.io_tenants.yaml",
             "metal3.io_hardwaredata.yaml",  # metalclaim's own: still applied
