@@ -33,9 +33,7 @@ def reconcile(devenv, tmp_path, keys: list[tuple[str, str]], name: str) -> tuple
     """One reconcile.yml run for `keys`, as the controller starts it; (the module's result, per-key outcomes as the
     controller reads them)."""
     refs = [{"namespace": ns, "name": claim} for ns, claim in keys]
-    tasks = run_playbook(
-        tmp_path / name, PLAYBOOK, devenv.kubeconfig("controller"), {"claims_list": refs}
-    )
+    tasks = run_playbook(tmp_path / name, PLAYBOOK, devenv.kubeconfig("controller"), {"claims_list": refs})
     by_name = {t["task"]: t for t in tasks}
     result = by_name[RECONCILE]
     # What the controller does with a failed task: every key of the batch backs off (`run_failed`).

@@ -14,9 +14,7 @@ RECONCILE = "Reconcile the claims (release, bind, copy data Secrets, sync)"
 
 
 def reconcile(devenv, tmp_path, rack, name: str) -> dict:
-    tasks = run_playbook(
-        tmp_path / name, PLAYBOOK, devenv.kubeconfig("controller"), {"claims_list": rack.claim_args()}
-    )
+    tasks = run_playbook(tmp_path / name, PLAYBOOK, devenv.kubeconfig("controller"), {"claims_list": rack.claim_args()})
     assert not any(t["failed"] for t in tasks), tasks
     return {t["task"]: t for t in tasks}
 
