@@ -47,6 +47,25 @@ def owned(clients, kind: str, name: str, api_version: str = "v1") -> list[str]:
     return sorted(f"{i.metadata.namespace or ''}/{i.metadata.name}" for i in items)
 
 
+def set_body(namespace: str, name: str) -> dict:
+    return {
+        "apiVersion": METAL3,
+        "kind": "HostClaimSet",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"set": name}},
+            "template": {"metadata": {"labels": {"set": name}}, "spec": {}},
+        },
+    }
+
+
+def keep_sets(devenv, tmp_path, run: str) -> None:
+    """playbooks/claimsets.yml over every HostClaimSet, as the claim side (the controller's identity)."""
+    tasks = run_playbook(tmp_path / run, REPO_ROOT / "playbooks" / "claimsets.yml", devenv.kubeconfig("controller"))
+    assert not any(t["failed"] for t in tasks), tasks
+
+
 @pytest.fixture
 def tenants(clients, devenv, tmp_path):
     """Tenant names for one test; each is deleted afterwards (and taken apart by the playbook)."""
@@ -139,11 +158,18 @@ def test_onboarding_from_a_yaml_file(devenv, clients, tenants, tmp_path):
     assert "exceeded quota: metalclaim-tenant" in refused.value.body, refused.value.body
     assert "count/hostclaims.metal3.io=2" in refused.value.body
 
-    # Deletion: the claims go first (nothing binds them here, so nothing holds them), then the namespaces,
-    # then the policy; nothing of the tenant's is left.
+    # A HostClaimSet in the other namespace, its member made by the claim side's step.
+    api(clients, "HostClaimSet", METAL3).create(body=set_body(children[1], "workers"))
+    keep_sets(devenv, tmp_path, "sets-made")
+    assert [c.metadata.name for c in claims.get(namespace=children[1]).items] == ["workers-0"]
+
+    # Deletion: the sets and claims go first (nothing binds them here, so nothing holds them; the sets' step,
+    # run after each tenant step as the controller would, makes no claim again), then the namespaces, then the
+    # policy; nothing of the tenant's is left.
     api(clients, "Tenant", TENANCY).delete(name=name)
     for attempt in range(8):
         onboard(devenv, tmp_path, f"delete-{attempt}", tenancy_names=[name])
+        keep_sets(devenv, tmp_path, f"sets-{attempt}")
         if read_tenant(clients, name) is None:
             break
         assert read_tenant(clients, name)["status"]["state"] == "Deleting"

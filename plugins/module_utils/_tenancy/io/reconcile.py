@@ -31,6 +31,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.run import Run
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.claimsets import SET_KIND
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.status import status_patch
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     BINDING_APPROVALS_ANNOTATION,
@@ -609,8 +610,8 @@ def _write_status(run: TenantRun, tenant: dict, new_status: dict, result: dict) 
 
 
 def _delete(run: TenantRun, snapshot: Batch, tenant: dict) -> dict:
-    """Deletion in order: the claims of its namespaces (their hosts released by the claim layer), the
-    namespaces, then its pool entries and reservations; the finalizer last. One stage per run."""
+    """Deletion in order: the claims (and HostClaimSets) of its namespaces (their hosts released by the claim
+    layer), the namespaces, then its pool entries and reservations; the finalizer last. One stage per run."""
     result = _result(tenant, state=plan.DELETING)
     if plan.FINALIZER not in (tenant["metadata"].get("finalizers") or []):
         return result
@@ -634,15 +635,19 @@ def _delete(run: TenantRun, snapshot: Batch, tenant: dict) -> dict:
     owned = snapshot.owned_by(mine)
     namespaces = [o for o in owned if o["kind"] == "Namespace"]
     stage, message = None, ""
-    claims = []
+    claims, sets = [], []
     for namespace in namespaces:
         claims += run.kube.list(metal3.API_VERSION, "HostClaim", namespace=plan.object_key(namespace)[2])
-    if claims:
-        for claim in claims:
-            if not claim["metadata"].get("deletionTimestamp"):
-                _write(run, "delete", claim, result)
+        # Its HostClaimSets first, in the same pass: a set would make its claims again as they go.
+        sets += run.kube.list(metal3.API_VERSION, SET_KIND, namespace=plan.object_key(namespace)[2])
+    if claims or sets:
+        for obj in [*sets, *claims]:
+            if not obj["metadata"].get("deletionTimestamp"):
+                _write(run, "delete", obj, result)
         stage = plan.RELEASING_CLAIMS
         message = f"{len(claims)} HostClaim(s) releasing their hosts"
+        if sets:
+            message += f", {len(sets)} HostClaimSet(s) deleted"
     elif namespaces:
         for namespace in namespaces:
             if not namespace["metadata"].get("deletionTimestamp"):
