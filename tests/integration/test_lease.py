@@ -19,7 +19,7 @@ from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
 REACTION = 20  # seconds: a run is ~1-2 s of ansible-runner
-LATENCY = 2.0  # seconds: how late after its end a lease's host may be released
+LATENCY = 5.0  # seconds from a lease's end to its host released: 1.0-1.3 s measured, the rest is CI load
 
 
 def options(rack) -> list[str]:

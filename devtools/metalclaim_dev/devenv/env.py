@@ -191,6 +191,8 @@ class Devenv:
         self.kubectl("admin", "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         # The admission policies (CEL, in the API server) once the CRDs they type-check against exist.
         self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "admission"))
+        # Kubernetes >= 1.36: the finalizer at a claim's creation (MutatingAdmissionPolicy), as the install role does.
+        self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "admission-create"))
         self.apply("admin", tenancy_objects())
         self.state["namespaces"] = {"infra": INFRA_NAMESPACE, "tenants": TENANT_NAMESPACES}
 

@@ -3,12 +3,14 @@
 """hostclaim_bind: bind a batch of claims to hosts, race-free. I/O edge over _binding's plans.
 
 Reads every claim, host, policy and namespace once (one list call per kind), plans each
-claim with the pure binding/policy code, then commits in two phases: the claim's lock
-(its finalizer and this run's token, under its resourceVersion) and the host's
-consumerRef (under the host's resourceVersion: a concurrent binder that took the host
-makes this fail and we move on to the next candidate); the claim's status, guarded by the
-lock's resourceVersion and written before anything of the tenant's reaches the host (by
-the sync step's flush(only=...), or at the end of the run), is the commit point.
+claim with the pure binding/policy code, then commits in two writes: the host's consumerRef
+(under the host's resourceVersion: a concurrent binder that took the host makes this fail and
+we move on to the next candidate), then the claim's status naming the host, under the claim's
+resourceVersion, written before anything of the tenant's reaches the host (by the sync step's
+flush(only=...), or at the end of the run): the commit point. Of two binders that took two hosts
+for one claim, the first status write wins and the other gives its host back (writes.py
+_still_ours). The claim carries our finalizer before any host is taken: from its creation where
+the MutatingAdmissionPolicy of config/admission-create is installed, else written here first.
 """
 
 from __future__ import annotations
@@ -21,15 +23,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.ru
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import (
     api_status,
     error_detail,
-    lock_for_binding,
     with_finalizer,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures, lease
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
-    locked_by_another,
-    locked_claim,
-)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import locked_claim
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
@@ -38,6 +36,9 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     max_bound_hosts,
     tenant_of,
 )
+
+# A concurrent binder took a host for the claim first: this run leaves the claim to it (outcome: wait).
+BINDING_ELSEWHERE = "BindingElsewhere"
 
 
 def bind_claims(run) -> dict:
@@ -54,12 +55,6 @@ def bind_claims(run) -> dict:
     pending = list(claims)
     while pending:
         claim = pending.pop(0)
-        if locked_by_another(claim, run.first_seen.get(binding.key(claim)), run.token):
-            namespace, name = binding.key(claim)
-            skipped = {"namespace": namespace, "name": name, "action": "skip", "host": None, "changed": False}
-            skipped.update(reason="BindingElsewhere", message="another binder is working on this claim")
-            results.append(skipped)
-            continue
         if leases.expired(run, claim):  # the lease step released it: never bound again
             namespace, name = binding.key(claim)
             skipped = {"namespace": namespace, "name": name, "action": "skip", "host": None, "changed": False}
@@ -81,7 +76,8 @@ def bind_claims(run) -> dict:
         now = leases.now_of(run)
         plan = binding.plan(claim, current_hosts, authorized, labels, held, annotations, caps, now, spread=spread)
         results.append(_commit(run, plan, hosts_by_key))
-        if results[-1]["action"] == "conflict" and pending:
+        collided = results[-1]["action"] == "conflict" or results[-1].get("reason") == BINDING_ELSEWHERE
+        if collided and pending:
             pending, hosts_by_key = _next_after_conflict(kube, pending)
     results.sort(key=lambda r: order[(r["namespace"], r["name"])])
     return {
@@ -94,12 +90,13 @@ def bind_claims(run) -> dict:
 
 
 def _next_after_conflict(kube, pending: list[dict]) -> tuple[list[dict], dict]:
-    """(claims still to do, hosts by key) after a claim conflict: another binder is walking the same claims.
+    """(claims still to do, hosts by key) after a collision (a claim conflict, or a host another binder took for the
+    same claim): another binder is walking the same claims.
 
     Concurrent binders listed the same claims and walk them in the same order, so after one
-    collision they would keep colliding on every claim. Re-read what the others did (their
-    locks make us skip claims they hold), then jump to a random point of what is left: the
-    binders spread over the list and meet again only where their parts join.
+    collision they would keep colliding on every claim. Re-read what the others did (the hosts
+    they took name their claims: those are skipped), then jump to a random point of what is left:
+    the binders spread over the list and meet again only where their parts join.
     """
     relist = getattr(kube, "relist", kube.list)  # a caching client must go to the server here
     fresh = {binding.key(c): c for c in relist(API_VERSION, "HostClaim")}
@@ -150,13 +147,20 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
             _give_back(run, extra)
             result["changed"] = True
     if plan.action == "bind":
+        # The finalizer first (MutatingAdmissionPolicy config/admission-create puts it there at creation on
+        # Kubernetes >= 1.36: then nothing is written here), so the claim cannot vanish holding a host.
         before = claim
-        claim = lock_for_binding(kube, claim, run.token, check_mode)
-        run.record("HostClaim", before, locked_claim(before, run.token))
+        claim, wrote_finalizer = with_finalizer(kube, claim, check_mode)
+        if wrote_finalizer:
+            run.record("HostClaim", before, locked_claim(before))
         result["changed"] = True
         if plan.reason == binding.MISSING_HOST:
             run.event(claim, "Warning", binding.MISSING_HOST, plan.message)
-        host = _take_first_free(run, claim, plan.candidates, hosts_by_key)
+        try:
+            host = _take_first_free(run, claim, plan.candidates, hosts_by_key)
+        except BindingElsewhere as elsewhere:
+            result.update(action="skip", reason=BINDING_ELSEWHERE, message=str(elsewhere))
+            return result
         newly_bound = host is not None
     if host is not None:
         host_key = binding.key(host)
@@ -230,14 +234,22 @@ def _take_first_free(run, claim: dict, candidates: list[dict], hosts_by_key: dic
         try:
             written = kube.replace(updated)
         except ConflictError:
-            # Someone changed the host since we listed it (most likely bound it): leave it
-            # for this batch and try the next one.
+            # Someone changed the host since we listed it (most likely bound it): leave it for this batch. Bound to
+            # this very claim, by a concurrent binder: that one is binding the claim, this run leaves it alone.
+            namespace, name = binding.key(candidate)
+            fresh = kube.get(API_VERSION, "BareMetalHost", name, namespace)
+            if fresh is not None and binding.consumed_by(fresh, claim):
+                raise BindingElsewhere(f"another binder took BareMetalHost {namespace}/{name}") from None
             hosts_by_key[binding.key(candidate)] = _changed_elsewhere(current)
             continue
         hosts_by_key[binding.key(candidate)] = written
         run.record("BareMetalHost", current, updated)
         return written
     return None
+
+
+class BindingElsewhere(Exception):
+    """A concurrent binder is binding this claim (it took a host for it first)."""
 
 
 def _changed_elsewhere(host: dict) -> dict:

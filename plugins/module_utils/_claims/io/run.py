@@ -16,8 +16,6 @@ take (its namespace is being deleted, say) is a warning, never a failure: it is 
 
 from __future__ import annotations
 
-import uuid
-
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import (
     StatusBook,
     error_detail,
@@ -38,8 +36,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 
 
 class ClaimRun(Run):
-    """A Run (_common/io/run.py) of the claim layer: the claims it was asked about, their status book, the run's
-    binding token, the tenant Secrets it read."""
+    """A Run (_common/io/run.py) of the claim layer: the claims it was asked about, their status book, the tenant
+    Secrets it read."""
 
     def __init__(self, kube, wanted: list[dict] | None, timestamp: str, check_mode: bool, diff: bool = False):
         super().__init__(kube, timestamp, check_mode, diff=diff, workers=WRITERS, thread_name="claim")
@@ -47,9 +45,6 @@ class ClaimRun(Run):
         self.book = StatusBook(
             self.kube, timestamp, check_mode, on_write=self.record_claim_status if diff else None, each=self.each
         )
-        # Compared exactly, never by time: see _claims/pure/status.py locked_by_another.
-        self.token = uuid.uuid4().hex
-        self.first_seen: dict[tuple[str, str], dict] = {}  # claims as this run first listed them
         self._secrets: dict[tuple[str, str], dict | None] = {}
 
     def claims(self) -> list[dict]:
@@ -58,10 +53,7 @@ class ClaimRun(Run):
         hostclaim_reconcile's client answers lists with what this run wrote, so a later step
         sees an earlier step's writes.
         """
-        claims = select_claims(self.kube.list(API_VERSION, "HostClaim"), self.wanted)
-        for claim in claims:
-            self.first_seen.setdefault(binding.key(claim), claim)
-        return claims
+        return select_claims(self.kube.list(API_VERSION, "HostClaim"), self.wanted)
 
     def secret(self, namespace: str, name: str) -> dict | None:
         """A tenant Secret, read at most once per run however many claims and roles name it."""

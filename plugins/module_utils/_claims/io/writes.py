@@ -1,6 +1,6 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Writing what the claim layer decided: claim status (once per run), finalizer, binding lock.
+"""Writing what the claim layer decided: claim status (once per run; it commits a binding), finalizer.
 
 Steps do not write a claim's status themselves. Each one notes what it found in the run's
 StatusBook; the book computes the whole status (every condition, then Ready) and writes it
@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
-    binding_token,
     locked_claim,
     recorded_host,
 )
@@ -34,6 +33,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     status_patch,
 )
 
+# Tries to commit a binding over writes of others to the claim (labels, annotations) before giving the host back.
+COMMIT_ATTEMPTS = 3
 # Answers to a status write that say the status itself is what the API server will not take: a minimal one may pass.
 STATUS_REFUSED_CODES = (400, 413, 422)
 # What _flush_one returns for a claim whose status was not written (the error is in StatusBook.errors), or
@@ -266,22 +267,19 @@ class StatusBook:
         except ConflictError as error:
             conflict = error
         # Someone wrote the claim since we read it. For a binding this run made, what it found
-        # still holds when no other binder locked the claim since (a binder must write its own
-        # token to lock it; a run that merely saw our binding writes the same status): commit it
-        # over the newer version. Any other status is left to the run that wrote: its view of
+        # still holds while no other binder committed one (the claim's status names no host, or
+        # ours: a run that merely saw our binding writes the same status): commit it over the
+        # newer version, as often as a write by someone else (a label, a tenant's annotation) gets
+        # in between. Any other status is left to the run that wrote: its view of
         # the hosts is newer than ours (claims are always listed before hosts), and the write
         # it made is an event that brings the claim back to the next run. A claim whose finalizer
         # went meanwhile (its tenant stripped it before the status named a host, when admission
         # still allows that) is not ours either: committing would let it vanish on delete with
         # its host never released, so the host goes back and the next run locks it again.
-        fresh = self._kube.get(API_VERSION, "HostClaim", key[1], key[0]) if entry.give_back is not None else None
-        still_ours = (
-            fresh is not None
-            and fresh["metadata"].get("generation") == entry.claim["metadata"].get("generation")
-            and binding_token(fresh) == binding_token(entry.claim)
-            and binding.FINALIZER in (fresh["metadata"].get("finalizers") or [])
-        )
-        if still_ours:
+        for _attempt in range(COMMIT_ATTEMPTS if entry.give_back is not None else 0):
+            fresh = self._kube.get(API_VERSION, "HostClaim", key[1], key[0])
+            if not _still_ours(fresh, entry):
+                break
             entry.claim = fresh
             patch = status_patch(fresh, self.desired(key))
             if patch is None:
@@ -293,8 +291,8 @@ class StatusBook:
             except ConflictError as error:
                 conflict = error
         if entry.give_back is not None:
-            # Another binder locked the claim after us: it may hold another host for it. Give
-            # ours back so the claim never owns two.
+            # Another binder committed another host for the claim (or the claim changed under us):
+            # give ours back so the claim never owns two; the next run sees what is there.
             entry.give_back()
         for result in entry.results:
             result.update(state="conflict", message=str(conflict), changed=False)
@@ -310,17 +308,22 @@ class StatusBook:
             return self._entries[key]
 
 
-def lock_for_binding(kube, claim: dict, token: str, check_mode: bool) -> dict:
-    """Write the claim (finalizer + this run's token) under its resourceVersion before taking a host.
+def _still_ours(fresh: dict | None, entry: _Entry) -> bool:
+    """Whether a binding this run made may still be committed on the claim as it is now (`fresh`).
 
-    Binders that read the same claim version race on this write: at most one wins (the token
-    makes every run's write a real change, so the resourceVersion always moves), and the
-    status written after the host is guarded by the winner's new resourceVersion, so a claim
-    can never end up owning two hosts. Raises ConflictError for the losers.
+    Binders race on the claim's status, each write guarded by the resourceVersion it read: the first to
+    write a host into it wins, and any other finds that host there and gives its own back. The claim must
+    also be the one this run planned for (same generation: its spec did not change) and still carry our
+    finalizer (a claim that lost it would vanish on delete with its host never released).
     """
-    if check_mode:
-        return claim
-    return kube.replace(locked_claim(claim, token))
+    if fresh is None or fresh["metadata"].get("deletionTimestamp"):
+        return False
+    if fresh["metadata"].get("generation") != entry.claim["metadata"].get("generation"):
+        return False
+    if binding.FINALIZER not in (fresh["metadata"].get("finalizers") or []):
+        return False
+    ours = entry.updates.get("hardwareData") or {}
+    return recorded_host(fresh) in (None, (ours.get("namespace", ""), ours.get("name", "")))
 
 
 def with_finalizer(kube, claim: dict, check_mode: bool) -> tuple[dict, bool]:

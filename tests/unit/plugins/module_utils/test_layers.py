@@ -163,7 +163,7 @@ def test_the_concern_check_catches_a_sideways_import(tmp_path):
     """The rule above can fail: a remote file importing the claim layer is caught, _common and itself are not."""
     bad = tmp_path / "bad.py"
     bad.write_text(
-        f"from {PREFIX}._claims.pure.status import binding_token\n"
+        f"from {PREFIX}._claims.pure.status import recorded_host\n"
         f"from {PREFIX}._common.pure import conditions\n"
         f"from {PREFIX}._remote.pure.mirror import FINALIZER\n"
     )

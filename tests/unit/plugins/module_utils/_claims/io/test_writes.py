@@ -7,7 +7,6 @@ import copy
 import json
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import BINDING_ANNOTATION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
 
 CLAIM = {
@@ -140,7 +139,7 @@ def test_a_steps_failure_is_written_on_the_claim_over_what_the_step_noted():
 
 class StrippedMeanwhileKube(RecordingKube):
     """The binder's status write conflicts because the tenant removed the claim's finalizer after the binder
-    locked it (same token, same generation): before the status names a host, admission allows that."""
+    took a host (same generation, no host in its status): before the status names a host, admission allows that."""
 
     def __init__(self, locked: dict):
         super().__init__()
@@ -162,7 +161,6 @@ def test_a_binding_is_not_committed_on_a_claim_whose_finalizer_went_meanwhile():
     over the newer version, and the claim could then vanish on delete with its host never released."""
     locked = claim("c")
     locked["metadata"].update(finalizers=["metal3.io/hostclaim"], resourceVersion="2")
-    locked["metadata"]["annotations"] = {BINDING_ANNOTATION: "run-token"}
     kube = StrippedMeanwhileKube(locked)
     book = StatusBook(kube, "t0", check_mode=False)
     given_back, committed = [], []
