@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.events import (
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.events import record
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import AlreadyExistsError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.events import (
     REPORTING_COMPONENT,
     event_name,
     new_event,
-    record,
     repeated,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import AlreadyExistsError
 
 T0 = "2026-11-23T10:00:00Z"
 T1 = "2026-11-23T10:05:00Z"
