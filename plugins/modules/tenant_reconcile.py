@@ -41,7 +41,7 @@ description:
   - A lease entering its warning is told as C(CLAIM_EXPIRING), its end as C(CLAIM_EXPIRED). Blocking C(CLAIM_EXPIRED)
     hooks are asked about a lease's end from its warning on; their verdicts go on the claim's namespace
     (annotation C(tenancy.metalclaim.io/expiry-approvals), with C(spec.leaseExpiryGrace)), where the claim layer reads
-    them: it releases the host once they allow that end, or the grace (at most 15 minutes) after it.
+    them; it releases the host once they allow that end, or the grace (at most 15 minutes) after it.
 author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:
