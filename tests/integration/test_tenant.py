@@ -60,10 +60,18 @@ def set_body(namespace: str, name: str) -> dict:
     }
 
 
-def keep_sets(devenv, tmp_path, run: str) -> None:
-    """playbooks/claimsets.yml over every HostClaimSet, as the claim side (the controller's identity)."""
-    tasks = run_playbook(tmp_path / run, REPO_ROOT / "playbooks" / "claimsets.yml", devenv.kubeconfig("controller"))
+def claim_side(devenv, clients, tmp_path, run: str, namespaces: list[str]) -> None:
+    """What the controller's claim side would run meanwhile: playbooks/claimsets.yml over every HostClaimSet, then
+    playbooks/reconcile.yml over the claims of `namespaces` (a deleted claim carries the finalizer from its
+    creation: the claim layer lets it go)."""
+    kubeconfig = devenv.kubeconfig("controller")
+    tasks = run_playbook(tmp_path / f"{run}-sets", REPO_ROOT / "playbooks" / "claimsets.yml", kubeconfig)
     assert not any(t["failed"] for t in tasks), tasks
+    listed = [c for ns in namespaces for c in api(clients, "HostClaim", METAL3).get(namespace=ns).items]
+    if listed:
+        wanted = {"claims_list": [{"namespace": c.metadata.namespace, "name": c.metadata.name} for c in listed]}
+        tasks = run_playbook(tmp_path / f"{run}-claims", REPO_ROOT / "playbooks" / "reconcile.yml", kubeconfig, wanted)
+        assert not any(t["failed"] for t in tasks), tasks
 
 
 @pytest.fixture
@@ -160,16 +168,16 @@ def test_onboarding_from_a_yaml_file(devenv, clients, tenants, tmp_path):
 
     # A HostClaimSet in the other namespace, its member made by the claim side's step.
     api(clients, "HostClaimSet", METAL3).create(body=set_body(children[1], "workers"))
-    keep_sets(devenv, tmp_path, "sets-made")
+    claim_side(devenv, clients, tmp_path, "made", [])
     assert [c.metadata.name for c in claims.get(namespace=children[1]).items] == ["workers-0"]
 
-    # Deletion: the sets and claims go first (nothing binds them here, so nothing holds them; the sets' step,
-    # run after each tenant step as the controller would, makes no claim again), then the namespaces, then the
-    # policy; nothing of the tenant's is left.
+    # Deletion: the sets and claims go first (nothing binds them here, so the claim layer, run after each tenant
+    # step as the controller would, lets them go at once; the sets' step makes no claim again), then the
+    # namespaces, then the policy; nothing of the tenant's is left.
     api(clients, "Tenant", TENANCY).delete(name=name)
     for attempt in range(8):
         onboard(devenv, tmp_path, f"delete-{attempt}", tenancy_names=[name])
-        keep_sets(devenv, tmp_path, f"sets-{attempt}")
+        claim_side(devenv, clients, tmp_path, f"step-{attempt}", children)
         if read_tenant(clients, name) is None:
             break
         assert read_tenant(clients, name)["status"]["state"] == "Deleting"

@@ -214,7 +214,8 @@ def _apply(run: TenantRun, snapshot: Batch, tenant: dict, tenants: list[dict]) -
         hook_state["pending"] = hook_plan.queued(hook_state.get("pending") or [], tenant, event, run.timestamp)
     hook_state = _with_claim_events(run, snapshot, tenant, hook_state)
 
-    writes = _planned_writes(snapshot, tenant, desired)
+    owned = snapshot.owned_by(plan.tenant_name(tenant))
+    writes = plan.planned_writes(snapshot.objects, owned, snapshot.hosts, tenant, desired)
     if writes or plan.FINALIZER not in (tenant["metadata"].get("finalizers") or []):
         tenant = _with_finalizer(run, tenant, result)
         if writes and status.get("state") != plan.DEPLOYING:
@@ -498,38 +499,6 @@ def _deliver_due(run: TenantRun, snapshot: Batch, tenant: dict, written: dict, r
     if wait is not None:
         result["requeue"] = True
         result["requeue_after"] = min(wait, result.get("requeue_after", wait))
-
-
-def _planned_writes(snapshot: Batch, tenant: dict, desired: list[dict]) -> list[tuple[str, str, dict, dict | None]]:
-    """(step, action, object, the object as it is) for what differs: create, replace, recreate, delete; reservations
-    last."""
-    writes = []
-    wanted_keys = set()
-    objects = snapshot.objects
-    for obj in desired:
-        key = plan.object_key(obj)
-        wanted_keys.add(key)
-        current = objects.get(key)
-        step = plan.STEP_OF_KIND[obj["kind"]]
-        if current is None:
-            writes.append((step, "create", obj, None))
-        elif plan.recreate_needed(obj, current):
-            writes.append((step, "recreate", obj, current))
-        else:
-            updated = plan.updated_object(obj, current)
-            if updated is not None:
-                writes.append((step, "replace", updated, current))
-    mine = plan.tenant_name(tenant)
-    # What was made for an earlier spec and is no longer asked for (a child namespace, pool or quota removed).
-    for stale in snapshot.owned_by(mine):
-        if plan.object_key(stale) not in wanted_keys and not stale["metadata"].get("deletionTimestamp"):
-            writes.append((plan.STEP_OF_KIND[stale["kind"]], "delete", stale, stale))
-    reserved = set(plan.exclusive_hosts(tenant))
-    for host_key, host in snapshot.hosts.items():
-        updated = plan.with_reservation(host, mine, host_key in reserved)
-        if updated is not None:
-            writes.append((plan.EXCLUSIVE_HOSTS, "replace", updated, host))
-    return writes
 
 
 def _write(run: TenantRun, action: str, obj: dict, result: dict, before: dict | None = None) -> dict | None:

@@ -514,3 +514,37 @@ def host_reference(host_key: tuple[str, str]) -> dict:
 def refusal(problems: list[Problem]) -> tuple[str, str]:
     """(reason, message) of an Accepted=False condition: the first problem's reason, every message."""
     return problems[0].reason, "; ".join(p.message for p in problems)
+
+
+def planned_writes(
+    objects: dict, owned: list[dict], hosts: dict, tenant: dict, desired: list[dict]
+) -> list[tuple[str, str, dict, dict | None]]:
+    """(step, action, object, the object as it is) for what differs between `desired` and what exists (`objects` by
+    object_key, `owned`: the objects labelled as the tenant's, `hosts` by key): create, replace, recreate, delete;
+    reservations last."""
+    writes = []
+    wanted_keys = set()
+    for obj in desired:
+        key = object_key(obj)
+        wanted_keys.add(key)
+        current = objects.get(key)
+        step = STEP_OF_KIND[obj["kind"]]
+        if current is None:
+            writes.append((step, "create", obj, None))
+        elif recreate_needed(obj, current):
+            writes.append((step, "recreate", obj, current))
+        else:
+            updated = updated_object(obj, current)
+            if updated is not None:
+                writes.append((step, "replace", updated, current))
+    mine = tenant_name(tenant)
+    # What was made for an earlier spec and is no longer asked for (a child namespace, pool or quota removed).
+    for stale in owned:
+        if object_key(stale) not in wanted_keys and not stale["metadata"].get("deletionTimestamp"):
+            writes.append((STEP_OF_KIND[stale["kind"]], "delete", stale, stale))
+    reserved = set(exclusive_hosts(tenant))
+    for host_key, host in hosts.items():
+        updated = with_reservation(host, mine, host_key in reserved)
+        if updated is not None:
+            writes.append((EXCLUSIVE_HOSTS, "replace", updated, host))
+    return writes

@@ -219,3 +219,17 @@ def test_every_tenant_condition_reason_is_in_the_infra_guide():
     assert {plan.SPEC_ACCEPTED, plan.EXCLUSIVE_HOST_TAKEN, plan.DEPLOYED} <= reasons
     missing = sorted(reasons - documented)
     assert not missing, f"Tenant states, conditions or reasons docs/infra-guide.md does not explain: {missing}"
+
+
+def test_planned_writes_create_what_is_missing_keep_what_is_there_and_delete_what_is_no_longer_asked():
+    """Issue 25: the tenant step's plan of writes, decided without I/O from what the run read."""
+    mine = tenant("blue")
+    wanted = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "blue-a", "labels": {"x": "1"}}}
+    stale = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "blue-old", "labels": {"x": "1"}}}
+    assert plan.planned_writes({}, [], {}, mine, [wanted]) == [(plan.NAMESPACES, "create", wanted, None)]
+    existing = {plan.object_key(wanted): wanted, plan.object_key(stale): stale}
+    assert plan.planned_writes(existing, [wanted, stale], {}, mine, [wanted]) == [
+        (plan.NAMESPACES, "delete", stale, stale)
+    ]
+    going = {**stale, "metadata": {**stale["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}}
+    assert plan.planned_writes(existing, [wanted, going], {}, mine, [wanted]) == []
