@@ -109,14 +109,14 @@ class TenantRun(Run):
         self.lock = threading.Lock()
         self.deliverer = Deliverer(kube, lock=self.lock)
 
-    def each(self, function, tenants: list[dict]) -> list:
-        """Run.each, each tenant under the run's lock: while one waits for a hook, the others go on."""
+    def each(self, function, items: list[dict]) -> list:
+        """Run.each over Tenants, each under the run's lock: while one waits for a hook, the others go on."""
 
         def locked(tenant: dict):
             with self.lock:
                 return function(tenant)
 
-        return super().each(locked, tenants)
+        return super().each(locked, items)
 
 
 def reconcile_tenants(run: TenantRun, names: list[str] | None) -> dict:
