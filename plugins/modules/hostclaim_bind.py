@@ -27,14 +27,17 @@ description:
     host (recovery after a crash); a claim status naming any other host is cleared.
   - Binding is a two-phase commit. The host's consumerRef is written first, guarded by the host's
     resourceVersion; on a conflict (another binder got there first) the next candidate is tried.
-    Then the claim's status is written. Concurrent runs are safe. Each claim ranks equal candidates
-    in its own order, so concurrent binders rarely collide.
-  - Claims are taken oldest first. When another binder is found writing the same claim (a conflict),
-    this one reads claims and hosts again, leaves the claims the other has stamped since this run
-    started, and goes on from a random point of the claims left, so that concurrent runs over the
-    same claims spread out instead of colliding on every claim.
-  - Adds the C(metal3.io/hostclaim) finalizer to claims it binds, so that deleting a claim waits for
-    M(metalclaim.hostclaim.hostclaim_release).
+    Then the claim's status naming the host is written, guarded by the claim's resourceVersion (the
+    commit). Of two binders that took two hosts for one claim, the first status write wins and the other
+    gives its host back. Each claim ranks equal candidates in its own order, so concurrent binders
+    rarely collide.
+  - Claims are taken oldest first. When another binder is found binding the same claim (it took a host
+    for it first), this one leaves that claim to it, reads claims and hosts again and goes on from a
+    random point of the claims left, so that concurrent runs over the same claims spread out instead
+    of colliding on every claim.
+  - A claim carries the C(metal3.io/hostclaim) finalizer before it is bound, so that deleting it waits for
+    M(metalclaim.hostclaim.hostclaim_release); from its creation where the install role applied the
+    finalizer-on-create admission policy (Kubernetes 1.36 and later), else this module adds it first.
   - Claims whose C(spec.kind) is not C(baremetal), and claims being deleted, are left alone.
 author:
   - metalclaim maintainers (@metalclaim)
@@ -49,9 +52,9 @@ attributes:
     support: partial
     description: Shows what each write changes, only the fields that change.
     details: >-
-      Shown: each host's C(consumerRef) set (or cleared, for a host given back), the claim's finalizer and binding
-      lock annotation, and its status fields (conditions by type). Not shown: the Events recorded on claims, and the
-      C(lastUpdated) timestamp of a status write.
+      Shown: each host's C(consumerRef) set (or cleared, for a host given back), the claim's finalizer when the
+      binder writes it (without the finalizer-on-create admission policy), and its status fields (conditions by type).
+      Not shown: the Events recorded on claims, and the C(lastUpdated) timestamp of a status write.
   idempotent:
     support: full
     description: A second run with nothing new to bind changes nothing.
