@@ -25,7 +25,7 @@ def test_a_tenant_sees_its_claims_host_and_provisioning_state(devenv, tmp_path, 
     step("hostclaim_bind", devenv, tmp_path, rack)
     step("hostclaim_sync", devenv, tmp_path, rack)
     [row] = [r for r in _table(devenv, "tenant-a", "hostclaims", "-n", TENANT_A) if r["NAME"] == "columns"]
-    assert list(row) == ["NAME", "ONLINE", "HOST", "STATE", "READY", "REASON", "AGE"]
+    assert list(row) == ["NAME", "ONLINE", "HOST", "STATE", "READY", "REASON", "LEASE-END", "AGE"]
     assert (row["ONLINE"], row["HOST"], row["STATE"]) == ("false", "h0", "available")
 
     rack.set_state("h0", "provisioning")  # as the provisioner would, once an image is set
@@ -37,5 +37,5 @@ def test_a_tenant_sees_its_claims_host_and_provisioning_state(devenv, tmp_path, 
 def test_a_policy_shows_what_it_admits_and_no_status_nobody_writes(devenv, rack):
     rack.policy({"names": [TENANT_A]})
     [row] = _table(devenv, "admin", "hostdeploypolicies", "-n", rack.namespace)
-    assert list(row) == ["NAME", "NAMES", "NAME-MATCHES", "AGE"]
+    assert list(row) == ["NAME", "NAMES", "MAX-LEASE", "NAME-MATCHES", "AGE"]
     assert (row["NAME"], row["NAMES"], row["NAME-MATCHES"]) == ("policy", f'["{TENANT_A}"]', "")

@@ -185,7 +185,14 @@ def test_controller_has_only_what_the_deploy_manifests_grant(clients):
     assert (
         status_of(lambda: resource(clients, controller, "BareMetalHost").delete(name="bm-00", namespace=INFRA)) == 403
     )
-    assert status_of(lambda: resource(clients, controller, "HostClaim").create(body=claim("c", TENANT_A))) == 403
+    # It creates HostClaims (a HostClaimSet's members) but never a set: those are the tenants'.
+    hostclaimset = {
+        "apiVersion": "metal3.io/v1alpha1",
+        "kind": "HostClaimSet",
+        "metadata": {"name": "s", "namespace": TENANT_A},
+        "spec": {"selector": {"matchLabels": {"s": "s"}}, "template": {"metadata": {"labels": {"s": "s"}}, "spec": {}}},
+    }
+    assert status_of(lambda: resource(clients, controller, "HostClaimSet").create(body=hostclaimset)) == 403
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": unique("ctrl")}}
     assert status_of(lambda: resource(clients, controller, "Namespace", "v1").create(body=namespace)) == 403
 

