@@ -61,3 +61,17 @@ def give_back_clean(run, host: dict, claim: dict | None) -> dict:
         kube.replace(released)
     run.record("BareMetalHost", host, released)
     return result
+
+
+def give_back_all(run, hosts: list[dict], claim: dict, result: dict) -> bool:
+    """Give each of the claim's hosts back clean, in order, noting in `result` the host (its last one), whether
+    anything changed and, when a host is not yet off or free, state `waiting` with why. True once all are back."""
+    for host in hosts:
+        host_ns, host_name = binding.key(host)
+        result["host"] = f"{host_ns}/{host_name}"
+        step = give_back_clean(run, host, claim)
+        result["changed"] = result["changed"] or step["changed"]
+        if step["state"] == "waiting":
+            result.update(state="waiting", message=step["message"])
+            return False
+    return True

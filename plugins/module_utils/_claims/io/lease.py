@@ -1,7 +1,7 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The lease step of hostclaim_reconcile: each leased claim's status.lease and Lease condition, its warning Event,
-and at its end the release of its host through the path a deleted claim's host takes (giveback.give_back_clean).
+and at its end the release of its host through the path a deleted claim's host takes (giveback.give_back_all).
 I/O edge over _claims/pure/lease.py, with the run's decisions (leases.py).
 
 A claim whose lease ended keeps its finalizer: it stays, with LeaseExpired, until its tenant deletes it, and is
@@ -11,7 +11,7 @@ controller requeues the claim then.
 
 from __future__ import annotations
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.giveback import give_back_clean
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.giveback import give_back_all
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.leases import lease_decisions
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import step_each
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, lease
@@ -42,15 +42,7 @@ def _one(run, claim: dict, found: lease.Decision, own: list[dict]) -> dict:
     conditions, updates = list(found.conditions), {"lease": found.lease_status}
     if found.expired:
         result["state"] = "released"
-        for host in own:
-            host_ns, host_name = binding.key(host)
-            result["host"] = f"{host_ns}/{host_name}"
-            step = give_back_clean(run, host, claim)
-            result["changed"] = result["changed"] or step["changed"]
-            if step["state"] == "waiting":
-                result.update(state="waiting", message=step["message"])
-                break
-        if result["state"] == "released":
+        if give_back_all(run, own, claim, result):
             conditions = lease.expired_conditions(found.end, released=True, was_bound=found.start is not None)
             updates.update(dict.fromkeys(_HOST_FIELDS))
             if own:

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.giveback import give_back_clean
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.giveback import (
+    give_back_all,
+    give_back_clean,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import step_each
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.binding import select_claims
@@ -78,14 +81,8 @@ def _release_orphans(run, hosts: list[dict], claims_by_key: dict) -> list[dict]:
 def _release(run, claim: dict, own: list[dict]) -> dict:
     namespace, name = binding.key(claim)
     result = {"namespace": namespace, "name": name, "host": None, "changed": False}
-    for host in own:
-        host_ns, host_name = binding.key(host)
-        result["host"] = f"{host_ns}/{host_name}"
-        step = give_back_clean(run, host, claim)
-        result["changed"] = result["changed"] or step["changed"]
-        if step["state"] == "waiting":
-            result.update(state="waiting", message=step["message"])
-            return result
+    if not give_back_all(run, own, claim, result):
+        return result
     result["state"] = "released"
     result["changed"] = True
     if result["host"]:
