@@ -28,6 +28,7 @@ def test_install_can_leave_metal3_crds_to_metal3(devenv, tmp_path):
     assert applied == [
         "metal3.io_hostclaims.yaml",
         "metal3.io_hostclaimsets.yaml",
+        "metal3.io_hostcatalogs.yaml",
         "metal3.io_hostdeploypolicies.yaml",
         "tenancy.metalclaim.io_tenants.yaml",
     ]
@@ -68,6 +69,7 @@ def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
         assert _applied_crds(results) == [
             "metal3.io_hostclaims.yaml",
             "metal3.io_hostclaimsets.yaml",
+            "metal3.io_hostcatalogs.yaml",
             "metal3.io_hostdeploypolicies.yaml",
             "tenancy.metalclaim.io_tenants.yaml",
             "metal3.io_hardwaredata.yaml",  # metalclaim's own: still applied

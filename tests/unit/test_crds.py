@@ -40,6 +40,7 @@ GROUP = "metal3.io"
 CRD_FILES = {
     "HostClaim": "metal3.io_hostclaims.yaml",
     "HostClaimSet": "metal3.io_hostclaimsets.yaml",
+    "HostCatalog": "metal3.io_hostcatalogs.yaml",
     "HostDeployPolicy": "metal3.io_hostdeploypolicies.yaml",
     "BareMetalHost": "metal3.io_baremetalhosts.yaml",
     "HardwareData": "metal3.io_hardwaredata.yaml",
@@ -47,6 +48,7 @@ CRD_FILES = {
 EXPECTED_NAMES = {
     "HostClaim": ("hostclaims", ["hc"]),
     "HostClaimSet": ("hostclaimsets", ["hcs"]),
+    "HostCatalog": ("hostcatalogs", ["hcat"]),
     "HostDeployPolicy": ("hostdeploypolicies", ["hdp"]),
     "BareMetalHost": ("baremetalhosts", ["bmh", "bmhost"]),
     "HardwareData": ("hardwaredata", ["hd"]),

@@ -1,0 +1,266 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A tenant namespace's HostCatalog: which kinds of hosts its policies admit and how many of each are free, bound,
+booked. Pure: no I/O, no clock (the run's timestamp is given).
+
+Infra publishes hosts per HostDeployPolicy: a policy with ``spec.catalog`` lists, in ``publicLabels``, the host label
+keys tenants may see (a host class, say). A namespace gets a catalog when at least one such policy admits it
+(_common/pure/policy.py); the hosts counted are those of the infra namespaces of those policies, narrowed as a claim of
+the namespace is (the tenant's host pools, hosts reserved for another tenant left out), grouped by the values of the
+union of the public labels those policies list. A class is its label values, nothing else: a catalog never holds a
+host's name, namespace, BMC address or boot MAC, and a public label whose value is one of those (a label infra chose
+badly) is shown as HIDDEN, said in the Ready condition without naming anything.
+
+Counts: ``total`` hosts of the class not being deleted; ``free``, those a claim could bind now (no consumer, in a free
+provisioning state, not paused, in error or still to be deprovisioned); ``bound``, those with a HostClaim consumer;
+``booked``, claims booked ahead on the class (always 0: bookings, HostClaim ``spec.lease.start``, are not served by
+this release). ``lastUpdated`` moves only when a count or a condition changes, so a run over an unchanged fleet
+writes nothing.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.outcomes import DONE, Outcomes
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policy
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
+    SelectorError,
+    matches,
+    validate,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    host_pool_selectors,
+    may_bind,
+)
+
+API_VERSION = metal3.API_VERSION
+KIND = "HostCatalog"
+HOST_KIND = "BareMetalHost"
+POLICY_KIND = "HostDeployPolicy"
+NAME = "hosts"  # one catalog per tenant namespace, always this name
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "metalclaim"
+HIDDEN = "HIDDEN"  # a public label's value that would name a host, a namespace or a BMC
+NONE = ""  # a host without a public label: the class's label is shown empty
+COUNTS = ("total", "free", "bound", "booked")
+# Classes listed at most (the totals count every host); the API server takes the object whatever the fleet.
+MAX_CLASSES = 256
+SUMMARY_CLASSES = 8
+
+READY = cond.READY
+COUNTED = "Counted"
+VALUES_HIDDEN = "ValuesHidden"
+TOO_MANY_CLASSES = "TooManyClasses"
+
+
+def key(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def public_labels(policy: dict) -> list[str] | None:
+    """The host label keys a policy publishes; None when it publishes no catalog."""
+    catalog = (policy.get("spec") or {}).get("catalog")
+    if not isinstance(catalog, dict):
+        return None
+    return [label for label in catalog.get("publicLabels") or [] if isinstance(label, str) and label]
+
+
+def publishing(policies: list[dict], namespace: str, labels: dict | None) -> list[dict]:
+    """The policies with a catalog that admit `namespace` (whose labels are given)."""
+    return [p for p in policies if public_labels(p) is not None and evaluate_policy(p, namespace, labels).admitted]
+
+
+def catalog_namespaces(policies: list[dict], namespaces: dict[str, dict | None]) -> list[str]:
+    """The namespaces (name -> labels) that get a catalog: admitted by at least one policy with a catalog."""
+    if not any(public_labels(p) is not None for p in policies):
+        return []
+    return sorted(name for name, labels in namespaces.items() if publishing(policies, name, labels))
+
+
+def host_state(host: dict) -> str | None:
+    """free, bound or other (counted in the total only); None for a host being deleted (not counted)."""
+    meta, status = host.get("metadata") or {}, host.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    ref = (host.get("spec") or {}).get("consumerRef") or {}
+    if ref:
+        return "bound" if ref.get("kind") == "HostClaim" else "other"
+    annotations = meta.get("annotations") or {}
+    state = (status.get("provisioning") or {}).get("state", "")
+    if (
+        state in metal3.FREE_STATES
+        and not status.get("errorType")
+        and metal3.PAUSED_ANNOTATION not in annotations
+        and metal3.IN_USE_ANNOTATION not in annotations
+    ):
+        return "free"
+    return "other"
+
+
+def _pools(namespace_annotations: dict | None) -> dict | None:
+    """The namespace's host pools, as the claim layer reads them: {infra namespace: selector or None (nothing)}."""
+    pools = host_pool_selectors(namespace_annotations)
+    if pools is None:
+        return None
+    usable = {}
+    for namespace, selector in pools.items():
+        try:
+            validate(selector, f"host pool {namespace}")
+            usable[namespace] = selector
+        except SelectorError:
+            usable[namespace] = None
+    return usable
+
+
+def _in_pool(host: dict, pools: dict | None) -> bool:
+    if pools is None:
+        return True
+    if "*" in pools:
+        return False
+    namespace = key(host)[0]
+    if namespace not in pools:
+        return True
+    return pools[namespace] is not None and matches(pools[namespace], (host.get("metadata") or {}).get("labels"))
+
+
+def _secrets_of(host: dict) -> set[str]:
+    """What a public label's value must never be: the host's name, its namespace, its BMC address and boot MAC."""
+    spec = host.get("spec") or {}
+    namespace, name = key(host)
+    values = {name, namespace, str((spec.get("bmc") or {}).get("address") or ""), str(spec.get("bootMACAddress") or "")}
+    return {value.lower() for value in values if value}
+
+
+def count(
+    namespace: str,
+    namespace_meta: dict | None,
+    policies: list[dict],
+    hosts: list[dict],
+    infra_namespaces: set[str] | None = None,
+) -> dict:
+    """{"labels": [keys], "classes": [...], "hidden": n, "admitted": bool} for one tenant namespace.
+
+    `namespace_meta`: the Namespace's metadata (labels feed the policies, annotations the host pools);
+    `infra_namespaces`: every namespace holding hosts (a label value equal to one of them is hidden too)."""
+    meta = namespace_meta or {}
+    labels = meta.get("labels") or {}
+    admitting = publishing(policies, namespace, labels)
+    keys_by_infra: dict[str, set[str]] = {}
+    for policy in admitting:
+        keys_by_infra.setdefault(key(policy)[0], set()).update(public_labels(policy) or [])
+    label_keys = sorted(set().union(*keys_by_infra.values())) if keys_by_infra else []
+    pools = _pools(meta.get("annotations"))
+    forbidden = {n.lower() for n in infra_namespaces or set()} | {namespace.lower()}
+    classes: dict[tuple, dict] = {}
+    hidden = 0
+    for host in hosts:
+        infra = key(host)[0]
+        if infra not in keys_by_infra or not _in_pool(host, pools) or not may_bind(host, labels):
+            continue
+        state = host_state(host)
+        if state is None:
+            continue
+        host_labels = (host.get("metadata") or {}).get("labels") or {}
+        secrets = _secrets_of(host) | forbidden
+        values = []
+        for label in label_keys:
+            value = str(host_labels.get(label, NONE)) if label in keys_by_infra[infra] else NONE
+            if value and value.lower() in secrets:
+                value, hidden = HIDDEN, hidden + 1
+            values.append(value)
+        entry = classes.setdefault(tuple(values), dict.fromkeys(COUNTS, 0))
+        entry["total"] += 1
+        if state in ("free", "bound"):
+            entry[state] += 1
+    listed = [
+        {"labels": dict(zip(label_keys, values, strict=True)), **counts} for values, counts in sorted(classes.items())
+    ]
+    return {"admitted": bool(admitting), "labels": label_keys, "classes": listed, "hidden": hidden}
+
+
+def _summary(classes: list[dict]) -> str:
+    """`kubectl get`'s one line: free/total per class, the classes with the most free hosts first."""
+
+    def name(entry: dict) -> str:
+        return ",".join(v or "-" for v in entry["labels"].values()) or "all"
+
+    ranked = sorted(classes, key=lambda e: (-e["free"], name(e)))
+    shown = [f"{name(e)}={e['free']}/{e['total']}" for e in ranked[:SUMMARY_CLASSES]]
+    more = len(ranked) - SUMMARY_CLASSES
+    return " ".join(shown) + (f" +{more} more" if more > 0 else "")
+
+
+def desired_status(counted: dict, current: dict | None, timestamp: str) -> dict:
+    """The catalog's status from count(): classes, totals, the summary column and its Ready condition.
+    `lastUpdated` is the current one unless something else changes (status_patch decides)."""
+    classes = counted["classes"]
+    listed = classes[:MAX_CLASSES]
+    totals = {name: sum(entry[name] for entry in classes) for name in COUNTS}
+    if len(classes) > MAX_CLASSES:
+        reason = TOO_MANY_CLASSES
+        message = (
+            f"{len(classes)} classes of hosts, the first {MAX_CLASSES} listed (the totals count every host): "
+            "infra may publish fewer labels (HostDeployPolicy spec.catalog.publicLabels)"
+        )
+    elif counted["hidden"]:
+        reason = VALUES_HIDDEN
+        message = (
+            f"{counted['hidden']} public label values are shown as {HIDDEN}: they would name a host, a namespace or "
+            "a BMC (infra: HostDeployPolicy spec.catalog.publicLabels)"
+        )
+    else:
+        reason = COUNTED
+        message = f"{totals['total']} hosts in {len(classes)} classes"
+    previous = (current or {}).get("conditions")
+    conditions = cond.set_condition(previous, READY, "True", reason, message, 1, timestamp)
+    status = {
+        "groupedBy": counted["labels"],
+        "classes": listed,
+        "classCount": len(classes),
+        **totals,
+        "summary": _summary(classes),
+        "conditions": conditions,
+    }
+    status["lastUpdated"] = (current or {}).get("lastUpdated") or timestamp
+    return status
+
+
+def status_patch(current: dict | None, desired: dict, timestamp: str) -> dict | None:
+    """A merge patch from the current status to `desired` (with lastUpdated moved to `timestamp`), or None when
+    nothing but lastUpdated would change."""
+    current = current or {}
+    patch = {}
+    for name in (set(current) | set(desired)) - {"lastUpdated"}:
+        if name == "conditions":
+            if not cond.same(current.get("conditions"), desired.get("conditions")):
+                patch["conditions"] = desired["conditions"]
+        elif current.get(name) != desired.get(name):
+            patch[name] = desired.get(name)
+    if not patch:
+        return None
+    patch["lastUpdated"] = timestamp
+    return patch
+
+
+def new_catalog(namespace: str) -> dict:
+    """The object made in a namespace that gets a catalog (its status is written next)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": NAME, "namespace": namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
+    }
+
+
+def ours(catalog: dict) -> bool:
+    """A catalog this step made (and may delete): our name and our label."""
+    meta = catalog.get("metadata") or {}
+    return meta.get("name") == NAME and (meta.get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY
+
+
+def catalog_outcomes(results: list[dict]) -> list[dict]:
+    found = Outcomes()
+    for result in results:
+        found.note(result["namespace"], result["name"], result.get("result", DONE), None, result.get("state", ""))
+    return found.listed()
