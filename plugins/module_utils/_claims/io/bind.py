@@ -26,6 +26,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
     with_finalizer,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures, lease
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.booking import REASONS as BOOKED
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import locked_claim
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
@@ -189,8 +190,8 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
             give_back=lambda: _give_back(run, host),
             on_commit=lambda: run.event(claim, "Normal", "Bound", f"bound to BareMetalHost {bound_to}"),
         )
-    elif host is None and previous.get("reason") != association[2]:
-        # One Event per change of outcome, not one per reconcile.
+    elif host is None and previous.get("reason") != association[2] and association[2] not in BOOKED:
+        # One Event per change of outcome, not one per reconcile (a booking's: the booking step's).
         run.event(claim, "Warning", association[2], association[3])
     return result
 

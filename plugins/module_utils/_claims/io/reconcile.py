@@ -1,6 +1,6 @@
 # Copyright: metalclaim maintainers
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""hostclaim_reconcile: release, leases, bind, then secrets and sync, in one process, each kind listed once.
+"""hostclaim_reconcile: release, leases, bookings, bind, then secrets and sync, in one process, each kind listed once.
 
 Every step task of a playbook costs a process and an Ansible round trip (~0.75 s). Run
 here in one process, the steps share one ClaimRun: each list is read once (later steps
@@ -15,6 +15,7 @@ learned something new (a copy that failed, say).
 from __future__ import annotations
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.bind import bind_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.booking import book_claims
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.bound import SECRETS, SYNC, sync_bound
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.lease import lease_claims
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.release import release_claims
@@ -25,6 +26,7 @@ def reconcile_claims(run) -> dict:
     steps = {
         "release": release_claims(run),
         "lease": lease_claims(run),
+        "booking": book_claims(run),
         "bind": bind_claims(run),
         "bound": sync_bound(run, (SECRETS, SYNC)),
     }

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import lease
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import booking, lease
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.claimsets import owner_set, spread_key
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
@@ -252,6 +252,13 @@ def plan(
         where = f" in namespace {in_namespace!r}" if in_namespace else ""
         message = f"no HostDeployPolicy{where} admits namespace {key(claim)[0]!r}"
         return Plan(claim, "refuse", reason=NOT_AUTHORIZED, message=message, stale_status=stale)
+    window = booking.ahead(claim, now)  # a booking ahead binds at its start, to its booked host
+    if window is not None:
+        if booking.booked_on(hosts, claim) is not None:
+            return Plan(claim, "refuse", reason=booking.BOOKED, message=booking.booked_message(window))
+        message = booking.conflict_message(window)
+        return Plan(claim, "refuse", reason=booking.BOOKING_CONFLICT, message=message, stale_status=stale)
+    booked_host = booking.booked_on(hosts, claim) if booking.requested_or_none(claim) else None
     if lease_caps and now is not None:
         tenant_cap = lease.tenant_cap(namespace_labels)  # the namespace's Tenant's cap: the smaller applies
         lease_caps = lease.with_tenant_cap(lease_caps, namespace_labels)
@@ -289,6 +296,7 @@ def plan(
         and why_not_free(h) is None
         and may_bind(h, namespace_labels)
         and in_host_pool(h, pools)
+        and (key(h) == key(booked_host) if booked_host is not None else booking.may_take(claim, h, now))
     ]
     counts, label = (spread or {}).get("counts") or {}, (spread or {}).get("label")
     eligible.sort(

@@ -7,6 +7,9 @@ the binding) or ``spec.lease.end`` (an RFC 3339 time), exactly one. Once bound, 
 ``start`` (the binding time) and ``end`` (the effective end); at the end the host is released as a deleted
 claim's is, ``status.lease.expired`` is set and the claim is never bound again.
 
+With ``spec.lease.start`` too, the lease is a booking ahead (_claims/pure/booking.py): the claim binds at that
+start, and a duration counts from it, not from the binding.
+
 A HostDeployPolicy's ``spec.maxLeaseDuration`` caps the leases of the namespaces it admits, for the hosts of its
 own infra namespace (several policies of one namespace: the largest cap; one without a cap: no cap), and makes
 a lease required there. Over the cap, an unbound claim is not bound there; a bound claim's extension is refused
@@ -99,9 +102,13 @@ class Asked:
 
     duration: int | None = None
     end: datetime.datetime | None = None
+    start: datetime.datetime | None = None  # a booking's start (spec.lease.start, _claims/pure/booking.py)
 
     def end_from(self, start: datetime.datetime) -> datetime.datetime:
-        return self.end if self.end is not None else start + datetime.timedelta(seconds=self.duration)
+        """The end of a lease bound at `start`: a booking's duration counts from its booked start, not the binding."""
+        if self.end is not None:
+            return self.end
+        return (self.start or start) + datetime.timedelta(seconds=self.duration)
 
     def spelled(self) -> str:
         return f"duration {format_duration(self.duration)}" if self.end is None else f"end {format_time(self.end)}"
@@ -113,10 +120,13 @@ def asked(claim: dict) -> Asked | None:
     if not lease:
         return None
     if not isinstance(lease, dict) or ("duration" in lease) == ("end" in lease):
+        if isinstance(lease, dict) and "start" in lease and "duration" not in lease and "end" not in lease:
+            raise LeaseError("spec.lease.start needs spec.lease.duration or spec.lease.end")
         raise LeaseError("spec.lease needs exactly one of duration and end")
+    start = parse_time(lease["start"]) if "start" in lease else None
     if "duration" in lease:
-        return Asked(duration=parse_duration(lease["duration"]))
-    return Asked(end=parse_time(lease["end"]))
+        return Asked(duration=parse_duration(lease["duration"]), start=start)
+    return Asked(end=parse_time(lease["end"]), start=start)
 
 
 def policy_cap(policy: dict) -> int | None:
@@ -296,12 +306,13 @@ def decide(claim: dict, bound: bool, cap, now: datetime.datetime, tenant: int | 
         start = parse_time(recorded["start"]) if recorded.get("start") else None
         return _expired(claim, start, end, bound)
     if not bound:
-        if wanted is not None and wanted.end is not None and wanted.end <= now:
+        fixed = wanted is not None and (wanted.end is not None or wanted.start is not None)  # an end in time
+        if fixed and wanted.end_from(now) <= now:
             # Its end passed before any host was bound: it never will be.
-            return _expired(claim, None, wanted.end, False)
+            return _expired(claim, None, wanted.end_from(now), False)
         if wanted is None:
             return Decision(NONE)
-        after = seconds_between(now, wanted.end) if wanted.end is not None else None
+        after = seconds_between(now, wanted.end_from(now)) if fixed else None
         return Decision(UNBOUND, after=after)
     if wanted is None and not recorded.get("end") and not invalid:
         return Decision(NONE)

@@ -17,15 +17,15 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     Outcomes,
 )
 
-STEPS = ("release", "lease", "bind", "bound")  # hostclaim_reconcile's steps, each result under its name
+STEPS = ("release", "lease", "booking", "bind", "bound")  # hostclaim_reconcile's steps, each result under its name
 
 
 def claim_outcomes(result: dict) -> list[dict]:
     """The outcome of every claim a run reports: hostclaim_reconcile's steps, or one step module's `claims`.
 
-    A lease's next deadline (an entry's `after`: its warning or its end) survives whatever else is reported for
-    the claim: a `done` or `wait` outcome gets the soonest `after` of its entries, so the controller wakes the
-    claim then, whatever event it also waits for."""
+    A lease's next deadline (an entry's `after`: its warning or its end; a booking's start) survives whatever else
+    is reported for the claim: a `done` or `wait` outcome gets the soonest `after` of its entries, so the controller
+    wakes the claim then, whatever event it also waits for."""
     steps = [result[step] for step in STEPS if isinstance(result.get(step), dict)] or [result]
     found = Outcomes()
     deadlines: dict = {}

@@ -1,0 +1,362 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Bookings ahead: a claim whose lease starts later (``spec.lease.start``) books a host for its window. Pure.
+
+A booking's window is ``[start, end)``, its end ``spec.lease.end`` or ``start + spec.lease.duration``. The host is
+the one truth about bookings, as its ``consumerRef`` is about bindings: an accepted booking is an entry of the host's
+``metalclaim.io/bookings`` annotation (a JSON list of ``{uid, namespace, name, start, end}``), written under the
+host's resourceVersion, so two concurrent runs cannot both book one window (the second one's write conflicts: it
+reads again and plans again). The claim's status only mirrors it (``status.booking``: start and end, never a host).
+
+A host is free for a window when no other booking on it overlaps the window and its current consumer holds it no
+later than the window's start: a consumer with a lease holds it until the lease's end (``status.lease.end``), one
+without a lease (or not a HostClaim) for ever, until it is released. Pending bookings are decided first come, first
+served: oldest first by (creationTimestamp, uid), each on the first free host by name among those it may use, in
+every run and by every controller the same way. A booking refused (BookingConflict) is tried again in each later run,
+in its place in that order, until its start; once its start has passed it is an ordinary leased claim: it binds if a
+host is free for the rest of its window. Decisions are never taken back: an accepted booking is never moved or
+dropped for an older claim seen later.
+
+A booked claim binds at its start to the host holding its booking and to no other; any other claim binds a host only
+when no booking on it overlaps the time it would hold the host (until its lease's end, or for ever without a lease).
+
+Every decision takes the run's timestamp (``now``): no clock here.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass, field
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import lease
+
+ANNOTATION = "metalclaim.io/bookings"  # on a BareMetalHost: its accepted bookings
+# Lease condition and Association reasons (the tenant guide lists them).
+BOOKED = "Booked"
+BOOKING_CONFLICT = "BookingConflict"
+BOOKING_INVALID = lease.LEASE_INVALID
+REASONS = (BOOKED, BOOKING_CONFLICT)  # the bind step's Association reasons for a booking before its start
+FOREVER = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
+
+
+@dataclass(frozen=True)
+class Window:
+    """[start, end): the time a booking, or a holding, keeps a host."""
+
+    start: datetime.datetime
+    end: datetime.datetime
+
+    def overlaps(self, other: Window) -> bool:
+        return self.start < other.end and other.start < self.end
+
+    def spelled(self) -> str:
+        end = "until released" if self.end == FOREVER else f"to {lease.format_time(self.end)}"
+        return f"from {lease.format_time(self.start)} {end}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One accepted booking on a host."""
+
+    uid: str
+    namespace: str
+    name: str
+    window: Window
+
+    def as_dict(self) -> dict:
+        return {
+            "uid": self.uid,
+            "namespace": self.namespace,
+            "name": self.name,
+            "start": lease.format_time(self.window.start),
+            "end": lease.format_time(self.window.end),
+        }
+
+
+def _meta(obj: dict) -> dict:
+    return obj.get("metadata") or {}
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    return _meta(obj).get("namespace", ""), _meta(obj).get("name", "")
+
+
+def requested(claim: dict) -> Window | None:
+    """The window spec.lease.start asks for (None: no start, not a booking). Raises lease.LeaseError when the lease
+    cannot be read, or its end is not after its start."""
+    spec_lease = (claim.get("spec") or {}).get("lease")
+    if not isinstance(spec_lease, dict) or "start" not in spec_lease:
+        return None
+    wanted = lease.asked(claim)
+    if wanted is None or wanted.start is None:
+        raise lease.LeaseError("spec.lease.start needs spec.lease.duration or spec.lease.end")
+    end = wanted.end_from(wanted.start)
+    if end <= wanted.start:
+        raise lease.LeaseError("spec.lease.end must be after spec.lease.start")
+    return Window(wanted.start, end)
+
+
+def requested_or_none(claim: dict) -> Window | None:
+    """requested(), None for a lease that cannot be read."""
+    try:
+        return requested(claim)
+    except lease.LeaseError:
+        return None
+
+
+def ahead(claim: dict, now: datetime.datetime | None) -> Window | None:
+    """The claim's booked window when its start is still to come (it must not bind yet); else None."""
+    if now is None:
+        return None
+    window = requested_or_none(claim)
+    return window if window is not None and now < window.start else None
+
+
+class Unreadable(ValueError):
+    """A host's bookings annotation that cannot be read: nothing is booked on that host, nor bound to it (fail
+    closed) until the infra team fixes or removes it."""
+
+
+def entries(host: dict) -> list[Entry]:
+    """The host's accepted bookings. Raises Unreadable."""
+    text = (_meta(host).get("annotations") or {}).get(ANNOTATION)
+    if not text:
+        return []
+    try:
+        raw = json.loads(text)
+        found = [
+            Entry(
+                str(item["uid"]),
+                str(item["namespace"]),
+                str(item["name"]),
+                Window(lease.parse_time(item["start"]), lease.parse_time(item["end"])),
+            )
+            for item in raw
+        ]
+    except (ValueError, TypeError, KeyError, lease.LeaseError) as error:
+        raise Unreadable(f"annotation {ANNOTATION}: {error}") from None
+    return found
+
+
+def encoded(found: list[Entry]) -> str | None:
+    """The annotation's value for `found` (None: remove it), sorted by start, compact: one host may carry many."""
+    if not found:
+        return None
+    ordered = sorted(found, key=lambda e: (e.window.start, e.window.end, e.uid))
+    return json.dumps([e.as_dict() for e in ordered], separators=(",", ":"))
+
+
+def _uid(claim: dict) -> str:
+    return _meta(claim).get("uid", "")
+
+
+def order_key(claim: dict) -> tuple[str, str]:
+    """First come, first served: creationTimestamp (the API server's), then uid to break ties deterministically."""
+    return _meta(claim).get("creationTimestamp") or "", _uid(claim)
+
+
+def holding(host: dict, claims_by_key: dict, now: datetime.datetime) -> Window | None:
+    """When the host's current consumer holds it: [now, its lease's end), or [now, FOREVER) without a lease (or for a
+    consumer that is not a HostClaim, or a claim whose lease end cannot be read). None: no consumer."""
+    ref = (host.get("spec") or {}).get("consumerRef")
+    if not ref:
+        return None
+    if ref.get("kind") != "HostClaim":
+        return Window(now, FOREVER)
+    claim = claims_by_key.get((ref.get("namespace", ""), ref.get("name", "")))
+    if claim is None:  # deleted: its host is being released
+        return Window(now, now)
+    recorded = (claim.get("status") or {}).get("lease") or {}
+    if recorded.get("expired"):
+        return Window(now, now)
+    text = recorded.get("end")
+    if not text:
+        try:
+            window = requested(claim)
+        except lease.LeaseError:
+            window = None
+        if window is None:
+            return Window(now, FOREVER)
+        text = lease.format_time(window.end)
+    try:
+        end = lease.parse_time(text)
+    except lease.LeaseError:
+        return Window(now, FOREVER)
+    return Window(now, max(now, end))
+
+
+def bookable(host: dict) -> bool:
+    """Whether a booking may go on the host at all: not being deleted, not paused, not in error."""
+    meta = _meta(host)
+    return not (
+        meta.get("deletionTimestamp")
+        or "baremetalhost.metal3.io/paused" in (meta.get("annotations") or {})
+        or (host.get("status") or {}).get("errorType")
+    )
+
+
+def free_for(window: Window, host: dict, found: list[Entry], claims_by_key: dict, now, uid: str = "") -> bool:
+    """Whether `host` (its bookings `found`) is free for `window`, bookings of claim `uid` aside."""
+    held = holding(host, claims_by_key, now)
+    if held is not None and held.overlaps(window):
+        return False
+    return not any(e.window.overlaps(window) for e in found if e.uid != uid)
+
+
+def booked_on(hosts: list[dict], claim: dict) -> dict | None:
+    """The host holding the claim's booking (the first by key when a crash left two), or None."""
+    uid = _uid(claim)
+    for host in sorted(hosts, key=_key):
+        try:
+            if any(e.uid == uid for e in entries(host)):
+                return host
+        except Unreadable:
+            continue
+    return None
+
+
+def may_take(claim: dict, host: dict, now: datetime.datetime | None) -> bool:
+    """Whether the claim may bind `host` now as far as bookings go: a booked claim only its booked host; any other
+    claim only a host no other booking overlaps while it would hold it (until its lease's end, or for ever)."""
+    if now is None:
+        return True
+    try:
+        found = entries(host)
+    except Unreadable:
+        return False
+    uid = _uid(claim)
+    if any(e.uid == uid for e in found):
+        return True
+    try:
+        wanted = lease.asked(claim)
+    except lease.LeaseError:
+        return False
+    end = wanted.end_from(now) if wanted is not None else FOREVER
+    mine = Window(now, max(now, end))
+    return not any(e.window.overlaps(mine) for e in found if e.uid != uid)
+
+
+def status_of(window: Window) -> dict:
+    """status.booking: the window, never a host."""
+    return {"start": lease.format_time(window.start), "end": lease.format_time(window.end)}
+
+
+def booked_message(window: Window) -> str:
+    return f"booked {window.spelled()}: a host is kept for the claim, bound at the start"
+
+
+def conflict_message(window: Window) -> str:
+    # Tenants read this: no host name, no namespace, no other tenant's booking.
+    return (
+        f"no host matching spec.hostSelector among those this namespace may use is free {window.spelled()}: "
+        "the booking is tried again as hosts and bookings change, and until its start"
+    )
+
+
+@dataclass
+class Decision:
+    """What the run decided for one booking claim."""
+
+    claim: dict
+    state: str  # booked | conflict | invalid | started (its start passed, not booked: an ordinary leased claim)
+    window: Window | None = None
+    message: str = ""
+    host: tuple[str, str] | None = None  # booked: where (infrastructure only, never written on the claim)
+    newly: bool = False  # booked by this run
+
+    def conditions(self) -> list:
+        """The Lease condition the claim gets before its start (the bind step says why it is not bound yet in
+        Association); [] once started: the lease step says the rest."""
+        if self.state == "booked":
+            return [(lease.LEASE, "False", BOOKED, booked_message(self.window))]
+        if self.state == "conflict":
+            return [(lease.LEASE, "False", BOOKING_CONFLICT, self.message)]
+        if self.state == "invalid":
+            return [(lease.LEASE, "False", BOOKING_INVALID, self.message)]
+        return []
+
+
+@dataclass
+class Plan:
+    """Every booking decision of a run, and the hosts' new bookings annotations."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    writes: dict = field(default_factory=dict)  # host key -> new annotation value (None: remove it)
+
+
+def plan(
+    claims: list[dict],
+    hosts: list[dict],
+    candidates,
+    now: datetime.datetime,
+) -> Plan:
+    """Decide every booking claim in `claims` (all the live claims: those without a start are read for the hosts
+    they hold), first come, first served, and tidy every host's bookings: an entry whose claim is gone, is being
+    deleted, asks another window now, is booked twice (the first host by key keeps it) or whose window has passed is
+    dropped. candidates(claim) -> the keys of the hosts the claim may use (its policies, selector, host pools,
+    Tenant reservation and lease caps: the caller knows them), in any order."""
+    claims_by_key = {_key(c): c for c in claims}
+    live = {_uid(c): c for c in claims if not _meta(c).get("deletionTimestamp")}
+    by_key = {_key(h): h for h in hosts}
+    current: dict = {}
+    for host_key in sorted(by_key):
+        try:
+            current[host_key] = entries(by_key[host_key])
+        except Unreadable:
+            current[host_key] = None  # untouched, never booked
+    windows: dict = {}
+    result = Plan()
+    for claim in sorted(live.values(), key=order_key):
+        try:
+            window = requested(claim)
+        except lease.LeaseError as error:
+            result.decisions.append(Decision(claim, "invalid", message=f"spec.lease: {error}"))
+            continue
+        if window is not None:
+            windows[_uid(claim)] = window
+    kept: dict = {}
+    seen: set = set()
+    for host_key, found in current.items():
+        if found is None:
+            continue
+        keep = []
+        for entry in found:
+            window = windows.get(entry.uid)
+            if window is None or window != entry.window or entry.window.end <= now or entry.uid in seen:
+                continue
+            claim = live[entry.uid]
+            if _key(claim) != (entry.namespace, entry.name):
+                continue
+            seen.add(entry.uid)
+            keep.append(entry)
+        kept[host_key] = keep
+    booked = {e.uid: host_key for host_key, found in kept.items() for e in found}
+    for claim in sorted((live[uid] for uid in windows), key=order_key):
+        uid = _uid(claim)
+        window = windows[uid]
+        if uid in booked:
+            result.decisions.append(Decision(claim, "booked", window, host=booked[uid]))
+            continue
+        if window.start <= now:
+            result.decisions.append(Decision(claim, "started", window))
+            continue
+        chosen = None
+        for host_key in sorted(candidates(claim)):
+            host = by_key.get(host_key)
+            if host is None or kept.get(host_key) is None or not bookable(host):
+                continue
+            if free_for(window, host, kept[host_key], claims_by_key, now, uid):
+                chosen = host_key
+                break
+        if chosen is None:
+            result.decisions.append(Decision(claim, "conflict", window, conflict_message(window)))
+            continue
+        namespace, name = _key(claim)
+        kept[chosen] = [*kept[chosen], Entry(uid, namespace, name, window)]
+        booked[uid] = chosen
+        result.decisions.append(Decision(claim, "booked", window, host=chosen, newly=True))
+    for host_key, found in kept.items():
+        if encoded(found) != (_meta(by_key[host_key]).get("annotations") or {}).get(ANNOTATION):
+            result.writes[host_key] = encoded(found)
+    return result

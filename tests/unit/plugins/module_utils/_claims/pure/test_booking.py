@@ -1,0 +1,217 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+import datetime
+import json
+
+import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, booking, lease
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.outcomes import claim_outcomes
+
+T0 = datetime.datetime(2030, 1, 1, 10, 0, 0, tzinfo=datetime.UTC)
+
+
+def at(seconds: float) -> datetime.datetime:
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+def stamp(seconds: float) -> str:
+    return lease.format_time(at(seconds))
+
+
+def claim(name, start=None, duration=None, end=None, created=0, uid=None, status=None, **spec):
+    spec_lease = {}
+    if start is not None:
+        spec_lease["start"] = stamp(start)
+    if duration is not None:
+        spec_lease["duration"] = f"{duration}s"
+    if end is not None:
+        spec_lease["end"] = stamp(end)
+    if spec_lease:
+        spec["lease"] = spec_lease
+    meta = {"namespace": "t", "name": name, "uid": uid or f"u-{name}", "creationTimestamp": stamp(created)}
+    return {"metadata": meta, "spec": spec, "status": status or {}}
+
+
+def host(name, entries=(), consumer=None, **meta):
+    annotations = dict(meta.pop("annotations", {}))
+    if entries:
+        annotations[booking.ANNOTATION] = booking.encoded(list(entries))
+    spec = {"consumerRef": consumer} if consumer else {}
+    return {
+        "metadata": {"namespace": "infra", "name": name, "uid": f"h-{name}", "annotations": annotations, **meta},
+        "spec": spec,
+        "status": {"provisioning": {"state": "available"}, "poweredOn": False},
+    }
+
+
+def entry(of: dict, start: float, end: float) -> booking.Entry:
+    return booking.Entry(of["metadata"]["uid"], "t", of["metadata"]["name"], booking.Window(at(start), at(end)))
+
+
+def every(hosts):
+    return lambda _claim: [binding.key(h) for h in hosts]
+
+
+def where(planned: booking.Plan) -> dict:
+    return {d.claim["metadata"]["name"]: (d.state, d.host[1] if d.host else None) for d in planned.decisions}
+
+
+def test_a_window_is_start_to_end_or_start_plus_duration():
+    assert booking.requested(claim("c", start=100, duration=60)) == booking.Window(at(100), at(160))
+    assert booking.requested(claim("c", start=100, end=400)) == booking.Window(at(100), at(400))
+    assert booking.requested(claim("c", duration=60)) is None
+    with pytest.raises(lease.LeaseError, match=r"spec\.lease\.start needs"):
+        booking.requested({"metadata": {}, "spec": {"lease": {"start": stamp(0)}}})
+    with pytest.raises(lease.LeaseError, match=r"after spec\.lease\.start"):
+        booking.requested(claim("c", start=100, end=100))
+
+
+def test_a_bookings_duration_counts_from_its_start_not_the_binding():
+    wanted = lease.asked(claim("c", start=100, duration=60))
+    assert wanted.end_from(at(101)) == at(160)  # bound a second late: the window's end still
+    started = lease.started(claim("c", start=100, duration=60), at(101))
+    assert started.lease_status == {"start": stamp(101), "end": stamp(160)}
+
+
+def test_an_unbound_booking_whose_window_passed_expires():
+    found = lease.decide(claim("c", start=100, duration=60), False, None, at(160))
+    assert found.state == lease.EXPIRED
+    pending = lease.decide(claim("c", start=100, duration=60), False, None, at(50))
+    assert pending.state == lease.UNBOUND and pending.after == 110
+
+
+def test_first_come_first_served_by_creation_then_uid():
+    hosts = [host("h1")]
+    late = claim("late", start=100, duration=100, created=5)
+    early = claim("early", start=150, duration=100, created=1)
+    planned = booking.plan([late, early], hosts, every(hosts), T0)
+    assert where(planned) == {"early": ("booked", "h1"), "late": ("conflict", None)}
+    tie_a = claim("x", start=100, duration=10, created=1, uid="a")
+    tie_b = claim("y", start=100, duration=10, created=1, uid="b")
+    assert where(booking.plan([tie_b, tie_a], hosts, every(hosts), T0))["x"] == ("booked", "h1")
+
+
+def test_windows_that_touch_do_not_overlap_and_the_first_host_by_name_is_taken():
+    hosts = [host("h2"), host("h1")]
+    first = claim("first", start=100, duration=100, created=1)
+    second = claim("second", start=200, duration=100, created=2)
+    third = claim("third", start=150, duration=10, created=3)
+    planned = booking.plan([first, second, third], hosts, every(hosts), T0)
+    assert where(planned) == {"first": ("booked", "h1"), "second": ("booked", "h1"), "third": ("booked", "h2")}
+    written = json.loads(planned.writes[("infra", "h1")])
+    assert [e["name"] for e in written] == ["first", "second"]
+    assert written[0] == {"uid": "u-first", "namespace": "t", "name": "first", "start": stamp(100), "end": stamp(200)}
+
+
+def test_a_plan_is_stable_a_second_plan_writes_nothing():
+    hosts = [host("h1"), host("h2")]
+    claims = [claim(f"c{i}", start=100 + 10 * i, duration=35, created=i) for i in range(8)]
+    planned = booking.plan(claims, hosts, every(hosts), T0)
+    applied = [
+        host(h["metadata"]["name"], annotations={booking.ANNOTATION: planned.writes[binding.key(h)]})
+        if binding.key(h) in planned.writes
+        else h
+        for h in hosts
+    ]
+    again = booking.plan(claims, applied, every(applied), T0)
+    assert again.writes == {}
+    assert where(again) == {k: v for k, v in where(planned).items()}
+    assert not any(d.newly for d in again.decisions)
+
+
+def test_a_host_held_without_a_lease_blocks_every_window_one_with_a_lease_until_its_end():
+    forever = claim("forever")
+    leased = claim("leased", status={"lease": {"start": stamp(0), "end": stamp(300)}})
+    hosts = [
+        host("h1", consumer={"kind": "HostClaim", "namespace": "t", "name": "forever"}),
+        host("h2", consumer={"kind": "HostClaim", "namespace": "t", "name": "leased"}),
+    ]
+    before = claim("before", start=200, duration=200, created=1)
+    after = claim("after", start=300, duration=100, created=2)
+    planned = booking.plan([forever, leased, before, after], hosts, every(hosts), T0)
+    assert where(planned) == {"before": ("conflict", None), "after": ("booked", "h2")}
+    message = next(d.message for d in planned.decisions if d.state == "conflict")
+    assert "h1" not in message and "infra" not in message and "spec.hostSelector" in message
+
+
+def test_bookings_of_gone_changed_passed_or_doubled_claims_are_dropped():
+    kept = claim("kept", start=100, duration=100, created=1)
+    moved = claim("moved", start=500, duration=100, created=2)
+    gone = claim("gone", start=300, duration=10)
+    deleting = claim("deleting", start=320, duration=10)
+    deleting["metadata"]["deletionTimestamp"] = stamp(0)
+    done = claim("done", start=-100, duration=50)
+    h1 = host(
+        "h1",
+        [entry(kept, 100, 200), entry(moved, 200, 300), entry(gone, 300, 310), entry(deleting, 320, 330)],
+    )
+    h2 = host("h2", [entry(kept, 100, 200), entry(done, -100, -50)])
+    planned = booking.plan([kept, moved, deleting, done], [h1, h2], every([h1, h2]), T0)
+    after_h1 = [e["name"] for e in json.loads(planned.writes[("infra", "h1")])]
+    assert after_h1 == ["kept", "moved"]  # moved: re-booked on the first free host, h1 again
+    assert json.loads(planned.writes[("infra", "h1")])[1]["start"] == stamp(500)
+    assert planned.writes[("infra", "h2")] is None  # the doubled booking and the passed one gone
+    assert where(planned)["kept"] == ("booked", "h1")
+
+
+def test_only_candidates_bookable_and_readable_hosts_are_booked():
+    c = claim("c", start=100, duration=10)
+    paused = host("h1", annotations={"baremetalhost.metal3.io/paused": ""})
+    broken = host("h2", annotations={booking.ANNOTATION: "not json"})
+    elsewhere = host("h3")
+    fine = host("h4")
+    hosts = [paused, broken, elsewhere, fine]
+    planned = booking.plan([c], hosts, lambda _c: [("infra", "h1"), ("infra", "h2"), ("infra", "h4")], T0)
+    assert where(planned) == {"c": ("booked", "h4")}
+    assert ("infra", "h2") not in planned.writes  # an unreadable annotation is never rewritten
+    with pytest.raises(booking.Unreadable):
+        booking.entries(broken)
+    assert not booking.may_take(claim("other"), broken, T0)
+
+
+def test_a_started_booking_not_booked_is_an_ordinary_claim_and_invalid_ones_are_said():
+    started = claim("started", start=-10, duration=100)
+    bad = claim("bad")
+    bad["spec"]["lease"] = {"start": "tomorrow", "duration": "1h"}
+    planned = booking.plan([started, bad], [host("h1")], every([host("h1")]), T0)
+    states = where(planned)
+    assert states == {"started": ("started", None), "bad": ("invalid", None)}
+    invalid = next(d for d in planned.decisions if d.state == "invalid")
+    assert invalid.conditions()[0][:3] == ("Lease", "False", lease.LEASE_INVALID)
+    assert "spec.lease" in invalid.conditions()[0][3]
+
+
+def test_may_take_keeps_booked_hosts_for_their_bookings():
+    ahead = claim("ahead", start=100, duration=100)
+    h1 = host("h1", [entry(ahead, 100, 200)])
+    assert booking.may_take(ahead, h1, at(100))
+    assert not booking.may_take(claim("forever"), h1, T0)  # would hold it across the booking
+    assert not booking.may_take(claim("long", duration=101), h1, T0)
+    assert booking.may_take(claim("short", duration=100), h1, T0)  # ends as the booking starts
+    assert booking.may_take(claim("later", start=200, duration=10), h1, at(200))
+    assert booking.may_take(claim("anything"), host("h2"), T0)
+
+
+def test_binding_plan_holds_a_booking_until_its_start_then_takes_only_its_host():
+    ahead = claim("ahead", start=100, duration=100, hostSelector={})
+    h1 = host("h1", [entry(ahead, 100, 200)])
+    h2 = host("h2")
+    before = binding.plan(ahead, [h2, h1], ["infra"], now=at(99))
+    assert (before.action, before.reason) == ("refuse", booking.BOOKED)
+    assert "h1" not in before.message and "infra" not in before.message
+    at_start = binding.plan(ahead, [h2, h1], ["infra"], now=at(100))
+    assert at_start.action == "bind" and [binding.key(h) for h in at_start.candidates] == [("infra", "h1")]
+    unbooked = claim("unbooked", start=100, duration=100, hostSelector={})
+    refused = binding.plan(unbooked, [h2, h1], ["infra"], now=at(50))
+    assert (refused.action, refused.reason) == ("refuse", booking.BOOKING_CONFLICT)
+    plain = binding.plan(claim("plain", hostSelector={}), [h1, h2], ["infra"], now=T0)
+    assert [binding.key(h) for h in plain.candidates] == [("infra", "h2")]
+
+
+def test_the_booking_steps_after_wakes_the_claim_at_its_start():
+    result = {
+        "booking": {"claims": [{"namespace": "t", "name": "c", "booking": "booked", "after": 42.0, "changed": True}]},
+        "bind": {"claims": [{"namespace": "t", "name": "c", "action": "refuse", "host": None, "reason": "Booked"}]},
+    }
+    (outcome,) = claim_outcomes(result)
+    assert outcome["result"] == "wait" and outcome["after"] == 42.0
