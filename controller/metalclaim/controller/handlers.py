@@ -77,7 +77,7 @@ class EventHandlers:
             return TENANTS in scope.sides and scope.owns_namespace(name)
         if kind == mapper.HOST:
             return PROVISIONER in scope.sides and scope.owns_namespace(namespace)
-        if kind == mapper.CLAIMSET:  # served beside baremetal claims (one claims side per cluster does that)
+        if kind in (mapper.CLAIMSET, mapper.CATALOG):  # served beside baremetal claims (one claims side does that)
             if mapper.BAREMETAL_KIND not in self.settings.kinds:
                 return False
         elif mapper.CLAIM_KIND_OF_KEY[kind] not in self.settings.kinds:
@@ -86,6 +86,18 @@ class EventHandlers:
             return False
         # With a selector, the Namespace store holds only the selected namespaces.
         return not self.settings.namespace_selector or ("", namespace) in self.stores["Namespace"]
+
+    def _enqueue_catalogs(self, found: mapper.Keys, initial: bool) -> None:
+        """Catalog keys become ready --catalog-interval later (the earliest request wins): however many host events
+        come meanwhile, each namespace's catalog is counted once then, at most once per interval."""
+        if CLAIMS not in self.settings.scope.sides:
+            return
+        for key in found.keys:
+            if self.serves(key):
+                self.queue.add_after(key, self.settings.catalog_interval, RESYNC if initial else LIVE)
+
+    def _namespace_labels(self) -> dict:
+        return {ns["metadata"]["name"]: ns["metadata"].get("labels") for ns in self.stores["Namespace"].list()}
 
     # -- one handler per reflector ---------------------------------------------------------------
 
@@ -109,9 +121,16 @@ class EventHandlers:
     def on_host(self, old, new, initial=False) -> None:
         unbound = self.stores["HostClaim"].by_index("unbound", 1)
         self._enqueue("BareMetalHost", mapper.host_changed(old, new, unbound), initial)
+        if mapper.host_fingerprint_for_catalogs(old) != mapper.host_fingerprint_for_catalogs(new):
+            infra = (new or old)["metadata"].get("namespace", "")
+            publishing = [p for p in self.stores["HostDeployPolicy"].list() if mapper.publishes(p, infra)]
+            if publishing:  # else no catalog counts it: the namespaces are not looked at
+                found = mapper.host_changed_for_catalogs(old, new, publishing, self._namespace_labels())
+                self._enqueue_catalogs(found, initial)
 
     def on_policy(self, old, new, initial=False) -> None:
         self._enqueue("HostDeployPolicy", mapper.policy_changed(old, new, self.stores["HostClaim"].list()), initial)
+        self._enqueue_catalogs(mapper.policy_changed_for_catalogs(old, new, self._namespace_labels()), initial)
 
     def on_namespace(self, old, new, initial=False) -> None:
         name = (new or old)["metadata"]["name"]
@@ -119,6 +138,8 @@ class EventHandlers:
         if self.settings.namespace_selector:  # which of its claims are served may have changed
             self.sync_secret_watches(name)
         self._enqueue("Namespace", mapper.namespace_changed(old, new, claims), initial)
+        policies = self.stores["HostDeployPolicy"].list()
+        self._enqueue_catalogs(mapper.namespace_changed_for_catalogs(old, new, policies), initial)
 
     def on_infra_namespace(self, old, new, initial=False) -> None:
         hosts = self.stores["BareMetalHost"].by_index("namespace", (new or old)["metadata"]["name"])
@@ -158,6 +179,9 @@ class EventHandlers:
                 key = mapper.key_of(mapper.CLAIMSET, claim_set)
                 if self.serves(key):
                     self.queue.add(key, RESYNC)
+            # Catalogs are not watched (only the claim side writes them): the resync redoes any deleted by hand.
+            policies = self.stores["HostDeployPolicy"].list()
+            self._enqueue_catalogs(mapper.Keys(mapper.catalog_keys(policies, self._namespace_labels())), True)
             for tenant in self.stores["Tenant"].list():  # drift: an object of the tenant's edited by hand
                 key = mapper.key_of(mapper.TENANT, tenant)
                 if self.serves(key):

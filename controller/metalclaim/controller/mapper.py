@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._catalog.pure import catalog
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.binding import (
     DEFAULT_CLAIM_KIND as BAREMETAL_KIND,
 )
@@ -33,6 +34,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     BINDING_ANNOTATIONS,
+    HOST_POOLS_ANNOTATION,
+    RESERVED_FOR_ANNOTATION,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (
     PROVISIONER_ANNOTATION,  # who provisions a host (ours, or Metal3's BMO): a host annotation or namespace label
@@ -341,3 +344,79 @@ def claim_changed_for_sets(old: dict | None, new: dict | None) -> Keys:
     if member_fingerprint(old) == member_fingerprint(new):
         return Keys()  # counted by the claim's own mapping (claim_changed), not twice
     return Keys([(CLAIMSET, _meta(new or old).get("namespace", ""), owner["name"])])
+
+
+# -- HostCatalogs: ("catalog", namespace, "hosts") for catalog.yml, one per tenant namespace a publishing policy admits.
+# The handlers queue these keys --catalog-interval late (handlers.EventHandlers._enqueue_catalogs): however many host
+# events come meanwhile, a namespace's catalog is counted once then.
+
+CATALOG = "catalog"
+
+
+def catalog_key(namespace: str) -> tuple[str, str, str]:
+    return (CATALOG, namespace, catalog.NAME)
+
+
+def host_fingerprint_for_catalogs(host: dict | None):
+    """What a catalog counts of a host: its labels (the classes), whether it is free, bound or neither, and what a
+    public label's value is checked against (BMC address, boot MAC)."""
+    if host is None:
+        return None
+    meta, spec = _meta(host), host.get("spec") or {}
+    status = host.get("status") or {}
+    return (
+        meta.get("uid"),
+        bool(meta.get("deletionTimestamp")),
+        tuple(sorted((meta.get("labels") or {}).items())),
+        tuple(sorted((k, v) for k, v in (meta.get("annotations") or {}).items() if k in _CATALOG_ANNOTATIONS)),
+        (spec.get("consumerRef") or {}).get("kind"),
+        (status.get("provisioning") or {}).get("state"),
+        bool(status.get("errorType")),
+        (spec.get("bmc") or {}).get("address"),
+        spec.get("bootMACAddress"),
+    )
+
+
+_CATALOG_ANNOTATIONS = (PAUSED_ANNOTATION, IN_USE_ANNOTATION, RESERVED_FOR_ANNOTATION)
+
+
+def publishes(policy: dict, infra_namespace: str) -> bool:
+    """Whether a policy of this infra namespace publishes its hosts in catalogs."""
+    return _meta(policy).get("namespace") == infra_namespace and catalog.public_labels(policy) is not None
+
+
+def catalog_keys(policies: list[dict], namespaces: dict) -> list[tuple[str, str, str]]:
+    return [catalog_key(name) for name in catalog.catalog_namespaces(policies, namespaces)]
+
+
+def host_changed_for_catalogs(old: dict | None, new: dict | None, policies: list[dict], namespaces: dict) -> Keys:
+    """A host counted differently: the catalogs of the namespaces its infra namespace's policies publish it to
+    (namespaces: name -> labels)."""
+    if host_fingerprint_for_catalogs(old) == host_fingerprint_for_catalogs(new):
+        return Keys()
+    infra = _meta(new or old).get("namespace", "")
+    return Keys(catalog_keys([p for p in policies if publishes(p, infra)], namespaces))
+
+
+def policy_changed_for_catalogs(old: dict | None, new: dict | None, namespaces: dict) -> Keys:
+    """A policy's spec: the catalogs of the namespaces it published to before or does now (one it no longer
+    publishes to is deleted by the run)."""
+    if (old or {}).get("spec") == (new or {}).get("spec") and bool(old) == bool(new):
+        return Keys()
+    keys = catalog_keys([old] if old else [], namespaces) + catalog_keys([new] if new else [], namespaces)
+    return Keys(sorted(set(keys)))
+
+
+def namespace_changed_for_catalogs(old: dict | None, new: dict | None, policies: list[dict]) -> Keys:
+    """A namespace's labels (they feed the policies) or host pools: its own catalog, if a publishing policy admitted
+    it before or does now. A namespace gone takes its catalog with it."""
+
+    def inputs(namespace: dict | None):
+        meta = _meta(namespace)
+        return meta.get("labels"), (meta.get("annotations") or {}).get(HOST_POOLS_ANNOTATION)
+
+    if new is None or (old is not None and inputs(old) == inputs(new)):
+        return Keys()
+    name = _meta(new).get("name", "")
+    before = catalog_keys(policies, {name: _meta(old).get("labels")}) if old else []
+    return Keys(sorted(set(before + catalog_keys(policies, {name: _meta(new).get("labels")}))))

@@ -129,6 +129,14 @@ class Settings:
         convert=_names,
     )
     resync_period: float = option("--resync-period", "10m", "time between full resyncs", duration)
+    catalog_interval: float = option(
+        "--catalog-interval",
+        "10s",
+        "a tenant namespace's HostCatalog is counted at most once per this time, however many host events come (it "
+        "waits this long after the first)",
+        duration,
+        check=_at_least_zero("0 (at once) or more"),
+    )
     batch_quiet: float = option("--batch-quiet", "20ms", "time without a new key that closes a batch", duration)
     batch_max_wait: float = option(
         "--batch-max-wait", "250ms", "time after which a batch is cut however busy", duration
