@@ -23,6 +23,9 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.binding import (
     claim_kind,  # spec.kind, baremetal when unset
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.reuse import (
+    HOLD_ANNOTATION,  # node reuse: a host held for one namespace's key is free for nobody else
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.claimsets import owner_set
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     DATA_ROLES,
@@ -174,7 +177,16 @@ def is_free(host: dict | None) -> bool:
     if host is None or _meta(host).get("deletionTimestamp"):
         return False
     state = ((host.get("status") or {}).get("provisioning") or {}).get("state", "")
-    return consumer_key(host) is None and state in FREE_STATES
+    # In use (to be deprovisioned and cleaned): not free yet; the provisioner's write that ends it wakes the waiting.
+    in_use = IN_USE_ANNOTATION in (_meta(host).get("annotations") or {})
+    return consumer_key(host) is None and state in FREE_STATES and not in_use
+
+
+def _hold_ended(old: dict | None, new: dict | None) -> bool:
+    """Node reuse: a free host's hold (free then for its key's claims only) ended: free for everyone now."""
+    return HOLD_ANNOTATION in (_meta(old).get("annotations") or {}) and HOLD_ANNOTATION not in (
+        _meta(new).get("annotations") or {}
+    )
 
 
 def is_bound(claim: dict) -> bool:
@@ -228,7 +240,7 @@ def host_changed(old: dict | None, new: dict | None, unbound_claims: list[dict])
         keys.append(key_of(HOST, new or old))
     if host_fingerprint_for_claims(old) != host_fingerprint_for_claims(new):
         keys += [k for k in dict.fromkeys((consumer_key(old), consumer_key(new))) if k is not None]
-    if is_free(new) and not is_free(old):
+    if is_free(new) and (not is_free(old) or _hold_ended(old, new)):
         # Which waiting claims its namespace's policies admit is the claim layer's call, in the run.
         keys += _baremetal_keys(unbound_claims)
     return Keys(sorted(set(keys)), dropped=not keys)

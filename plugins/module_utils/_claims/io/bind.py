@@ -19,13 +19,14 @@ import copy
 import random
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io import leases
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io import reuse as reuse_io
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_metadata
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import (
     api_status,
     error_detail,
     with_finalizer,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures, lease
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures, lease, reuse
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.booking import REASONS as BOOKED
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import locked_claim
@@ -172,8 +173,14 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
         if started is not None:  # the lease starts with the binding, written with it
             updates["lease"] = started.lease_status
             result["after"] = started.after
+        took_held = newly_bound and any(
+            binding.key(c) == host_key and reuse.hold_of(c) is not None for c in plan.candidates
+        )
+        reuse_condition = reuse_io.condition(run, claim, host, took_held)  # node reuse: what release will do
+        if took_held:
+            result["reused"] = True
     else:
-        started = None
+        started, reuse_condition = None, None
         reason, message = plan.reason, plan.message
         if plan.action == "bind":  # every candidate went to another claim (of this batch or a concurrent run)
             reason, message = binding.NO_HOST, plan.no_host_message()
@@ -181,7 +188,8 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
         association = (cond.ASSOCIATION, "False", reason, message)
         result["reason"], result["message"] = reason, message
     previous = cond.find((claim.get("status") or {}).get("conditions"), cond.ASSOCIATION) or {}
-    run.book.note(claim, [association, *(started.conditions if started else [])], updates, result=result)
+    noted = [association, *(started.conditions if started else []), *([reuse_condition] if reuse_condition else [])]
+    run.book.note(claim, noted, updates, result=result)
     result["changed"] = result["changed"] or newly_bound
     if newly_bound:
         bound_to = result["host"]
@@ -226,7 +234,7 @@ def _take_first_free(run, claim: dict, candidates: list[dict], hosts_by_key: dic
         current = hosts_by_key[binding.key(candidate)]
         if binding.why_not_free(current) is not None:  # bound earlier in this batch
             continue
-        updated = copy.deepcopy(current)
+        updated = reuse.taken(copy.deepcopy(current))  # a held host's mark goes as the claim it waits for takes it
         updated["spec"]["consumerRef"] = binding.claim_ref(claim)
         if run.check_mode:
             hosts_by_key[binding.key(candidate)] = updated

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io import reuse as reuse_io
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.leases import now_of
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, reuse
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.release import scrubbed_spec
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
     copied_secret_name,
@@ -19,8 +21,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
 
 
 def give_back_clean(run, host: dict, claim: dict | None) -> dict:
-    """Delete our copies and scrub the host; once it is free again, clear its consumerRef."""
+    """Delete our copies and scrub the host; once it is free again, clear its consumerRef. A claim asking for node
+    reuse where its host's policies offer it (reuse_io.offer_on_release): cleaned as they say, and marked held in the
+    write that clears the consumerRef (`after`: seconds to the hold's end)."""
     kube, check_mode = run.kube, run.check_mode
+    offer = reuse_io.offer_on_release(run, claim, host)
     host_ns, host_name = binding.key(host)
     result = {"changed": False}
     # The copies the host records, each only if it still is the Secret we wrote (its uid): a Secret
@@ -39,7 +44,7 @@ def give_back_clean(run, host: dict, claim: dict | None) -> dict:
                     raise
         shown = {"metadata": {"name": name, "namespace": host_ns, "uid": record["uid"]}}
         run.record("Secret", shown, None, secret=True)
-    scrubbed = scrubbed_spec(host)
+    scrubbed = reuse.scrubbed(scrubbed_spec(host), offer)
     if scrubbed != host:
         result["changed"] = True
         before = host
@@ -57,6 +62,10 @@ def give_back_clean(run, host: dict, claim: dict | None) -> dict:
     released["spec"].pop("consumerRef", None)
     result["changed"] = True
     result["state"] = "released"
+    if offer is not None:
+        now = now_of(run)
+        released, hold = reuse.held(released, claim, offer, now)
+        result["after"] = hold.seconds_left(now)
     if not check_mode:
         kube.replace(released)
     run.record("BareMetalHost", host, released)
@@ -65,7 +74,8 @@ def give_back_clean(run, host: dict, claim: dict | None) -> dict:
 
 def give_back_all(run, hosts: list[dict], claim: dict, result: dict) -> bool:
     """Give each of the claim's hosts back clean, in order, noting in `result` the host (its last one), whether
-    anything changed and, when a host is not yet off or free, state `waiting` with why. True once all are back."""
+    anything changed, a hold's end (`after`) and, when a host is not yet off or free, state `waiting` with why. True
+    once all are back."""
     for host in hosts:
         host_ns, host_name = binding.key(host)
         result["host"] = f"{host_ns}/{host_name}"
@@ -74,4 +84,6 @@ def give_back_all(run, hosts: list[dict], claim: dict, result: dict) -> bool:
         if step["state"] == "waiting":
             result.update(state="waiting", message=step["message"])
             return False
+        if step.get("after") is not None:  # held for node reuse: the key comes back at the hold's end
+            result["after"] = step["after"]
     return True

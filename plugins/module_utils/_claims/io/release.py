@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io import reuse as reuse_io
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.giveback import (
     give_back_all,
     give_back_clean,
@@ -50,7 +51,12 @@ def release_claims(run) -> dict:
         on_error=lambda claim, error: run.failed(claim, error, "release"),
     )
     outcome["orphans"] = _release_orphans(run, hosts, {binding.key(c): c for c in all_claims})
-    outcome["changed"] = outcome["changed"] or any(r["changed"] for r in outcome["orphans"])
+    # Node reuse: holds whose time has come end; those still running report their end under the released claim's
+    # key (in `claims`: the controller wakes that key then).
+    holds = reuse_io.end_holds(run, hosts)
+    outcome["holds_ended"] = sum(1 for r in holds if r["state"] == "hold-ended")
+    outcome["claims"] = outcome["claims"] + holds
+    outcome["changed"] = outcome["changed"] or any(r["changed"] for r in outcome["orphans"] + holds)
     outcome["pending"] = sum(1 for r in outcome["claims"] + outcome["orphans"] if r["state"] == "waiting")
     return outcome
 

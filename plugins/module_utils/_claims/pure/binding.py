@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import booking, lease
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import booking, lease, reuse
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.claimsets import owner_set, spread_key
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
@@ -297,10 +297,12 @@ def plan(
         and may_bind(h, namespace_labels)
         and in_host_pool(h, pools)
         and (key(h) == key(booked_host) if booked_host is not None else booking.may_take(claim, h, now))
+        and (reuse.hold_of(h) is None if now is None else reuse.may_take(h, claim, now))  # node reuse: held hosts
     ]
     counts, label = (spread or {}).get("counts") or {}, (spread or {}).get("label")
     eligible.sort(
         key=lambda h: (
+            0 if now is not None and reuse.preferred(h, claim, now) else 1,  # the host held for this claim first
             0 if domain and failure_domain(h) == domain else 1,
             counts.get(((h.get("metadata") or {}).get("labels") or {}).get(label, ""), 0) if label else 0,
             _spread(claim, h),

@@ -1,0 +1,219 @@
+"""Node reuse through the controller on the real API server: a released claim's host is held for the next claim of
+its namespace with its reuse key (the HostDeployPolicy's spec.nodeReuse), nobody else binds it meanwhile (attacks:
+a claim of another namespace with the same key, one of the same namespace without it or with another), and at the
+hold's end it returns to the pool (cleaned first when the hold kept its disks). A policy that offers nothing binds
+such a claim normally and says so.
+
+Nobody runs a playbook and nothing polls: the controller wakes the released claim's key at the hold's end (the
+outcome's `after`). The rack's hosts have no BMC: the test plays the provisioner where a host must be cleaned.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+
+import pytest
+
+from metalclaim_dev.claimlayer import TENANT_A, TENANT_B, step
+from metalclaim_dev.controllerproc import ControllerProcess, associated, association, claim_side
+from metalclaim_dev.support import eventually
+
+pytestmark = pytest.mark.integration
+REACTION = 20  # seconds: a run is ~0.2-2 s
+HOLD = "metalclaim.io/reuse-hold"
+IN_USE = "provisioner.metalclaim.io/in-use"
+
+
+@pytest.fixture
+def controller(devenv, rack, tmp_path):
+    process = ControllerProcess(devenv, tmp_path / "claims", *claim_side(rack), "--standby=true")
+    yield process
+    process.stop()
+
+
+def reuse_policy(rack, hold: str | None = "1h", clean: bool | None = None) -> None:
+    spec: dict = {"hostclaimNamespaces": {}}
+    if hold is not None:
+        spec["nodeReuse"] = {"maxHoldDuration": hold}
+        if clean is not None:
+            spec["nodeReuse"]["clean"] = clean
+    rack.api("admin", "HostDeployPolicy").create(
+        body={
+            "apiVersion": "metal3.io/v1alpha1",
+            "kind": "HostDeployPolicy",
+            "metadata": {"name": "policy", "namespace": rack.namespace},
+            "spec": spec,
+        }
+    )
+
+
+def condition(rack, name: str, type_: str, namespace: str = TENANT_A) -> dict:
+    status = rack.read_claim(name, namespace).get("status") or {}
+    return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
+
+
+def hold_of(rack, host: str) -> dict | None:
+    text = (rack.read_host(host)["metadata"].get("annotations") or {}).get(HOLD)
+    return json.loads(text) if text else None
+
+
+def bound_to(rack, name: str, namespace: str = TENANT_A) -> str | None:
+    recorded = (rack.read_claim(name, namespace).get("status") or {}).get("hardwareData") or {}
+    return recorded.get("name")
+
+
+def delete_claim(rack, name: str, identity: str = "tenant-a") -> None:
+    rack.api(identity, "HostClaim").delete(name=name, namespace=TENANT_A)
+
+
+def gone(rack, name: str) -> bool:
+    names = [c["metadata"]["name"] for c in rack.api("admin", "HostClaim").get(namespace=TENANT_A).to_dict()["items"]]
+    return name not in names
+
+
+def seconds(text: str) -> float:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def unbound_for_no_host(rack, name: str, namespace: str = TENANT_A) -> bool:
+    return condition(rack, name, "Association", namespace).get("reason") == "NoBareMetalHost"
+
+
+def test_a_held_host_goes_only_to_the_next_claim_with_its_key(controller, rack):
+    reuse_policy(rack, hold="1h")
+    rack.host("h1")
+    rack.claim("c1", nodeReuse={"key": "md-0"})
+    eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 bound\n{controller.output()}")
+    offered = condition(rack, "c1", "NodeReuse")
+    assert (offered["status"], offered["reason"]) == ("True", "NodeReuseOffered"), offered
+    assert "1h0m0s" in offered["message"]
+
+    delete_claim(rack, "c1")
+    eventually(lambda: gone(rack, "c1"), timeout=REACTION, message=f"c1 released\n{controller.output()}")
+    host = rack.read_host("h1")
+    assert "consumerRef" not in host["spec"]
+    assert host["spec"]["online"] is False and "image" not in host["spec"]
+    assert host["spec"]["automatedCleaningMode"] == "metadata"  # clean: true (the default)
+    hold = hold_of(rack, "h1")
+    assert (hold["namespace"], hold["key"], hold["claim"], hold["cleaned"]) == (TENANT_A, "md-0", "c1", True)
+    assert 3500 < seconds(hold["until"]) - time.time() <= 3600
+
+    # Attacks, each with the identity its tenant has: the same key from another namespace, the same namespace
+    # without the key, with another key. None gets the held host, and none learns of it.
+    rack.claim("x-ns", namespace=TENANT_B, identity="tenant-b", nodeReuse={"key": "md-0"})
+    rack.claim("x-nokey")
+    rack.claim("x-key", nodeReuse={"key": "md-1"})
+    for name, namespace in (("x-ns", TENANT_B), ("x-nokey", TENANT_A), ("x-key", TENANT_A)):
+        eventually(
+            lambda name=name, namespace=namespace: unbound_for_no_host(rack, name, namespace),
+            timeout=REACTION,
+            message=f"{name} refused\n{controller.output()}",
+        )
+        shown = json.dumps(rack.read_claim(name, namespace).get("status"))
+        assert rack.namespace not in shown and "h1" not in shown, shown
+    assert hold_of(rack, "h1") is not None and "consumerRef" not in rack.read_host("h1")["spec"]
+
+    rack.claim("c2", nodeReuse={"key": "md-0"})
+    eventually(lambda: associated(rack, "c2"), timeout=REACTION, message=f"c2 bound\n{controller.output()}")
+    assert bound_to(rack, "c2") == "h1"
+    assert hold_of(rack, "h1") is None  # the binding write took the mark off
+    reused = condition(rack, "c2", "NodeReuse")
+    assert (reused["status"], reused["reason"]) == ("True", "ReusedHost"), reused
+    for name, namespace in (("x-ns", TENANT_B), ("x-nokey", TENANT_A), ("x-key", TENANT_A)):
+        assert association(rack, name, namespace) == "False"
+
+
+def test_an_uncleaned_hold_ends_on_time_and_the_host_is_cleaned_before_the_pool(controller, rack):
+    reuse_policy(rack, hold="6s", clean=False)
+    rack.host("h1")
+    rack.claim("c1", nodeReuse={"key": "md-0"})
+    eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 bound\n{controller.output()}")
+    delete_claim(rack, "c1")
+    eventually(lambda: hold_of(rack, "h1") is not None, timeout=REACTION, message=f"held\n{controller.output()}")
+    hold = hold_of(rack, "h1")
+    assert hold["cleaned"] is False
+    assert rack.read_host("h1")["spec"]["automatedCleaningMode"] == "disabled"  # the disks kept for md-0
+    rack.claim("other")  # no key: waits through the hold
+    eventually(lambda: unbound_for_no_host(rack, "other"), timeout=REACTION, message="other waits")
+
+    until = seconds(hold["until"])
+    deadline = until + REACTION
+    while hold_of(rack, "h1") is not None and time.time() < deadline:
+        time.sleep(0.05)
+    ended = time.time()
+    assert hold_of(rack, "h1") is None, controller.output()
+    print(f"\nhold end -> mark removed: {ended - until:+.2f} s")
+    assert -0.5 <= ended - until <= 5.0, controller.output()
+    host = rack.read_host("h1")
+    assert host["spec"]["automatedCleaningMode"] == "metadata"
+    assert IN_USE in host["metadata"]["annotations"]  # deprovisioned with cleaning before anyone binds it
+    assert association(rack, "other") == "False"
+
+    # The provisioner's part, played: it cleans the host and takes the mark off. Then the waiting claim binds it.
+    annotations = {IN_USE: None}
+    rack.api("admin", "BareMetalHost").patch(
+        body={"metadata": {"annotations": annotations}},
+        name="h1",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    eventually(lambda: associated(rack, "other"), timeout=REACTION, message=f"other bound\n{controller.output()}")
+
+
+def test_a_lease_end_holds_the_host_for_the_key(controller, rack):
+    reuse_policy(rack, hold="1h")
+    rack.host("h1")
+    rack.host("h2")
+    rack.claim("c1", nodeReuse={"key": "cp"}, lease={"duration": "4s"})
+    eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 bound\n{controller.output()}")
+    first = bound_to(rack, "c1")
+    eventually(
+        lambda: condition(rack, "c1", "Lease").get("reason") == "LeaseExpired",
+        timeout=REACTION,
+        message=f"c1 expired\n{controller.output()}",
+    )
+    eventually(lambda: hold_of(rack, first) is not None, timeout=REACTION, message="held after the lease")
+    assert hold_of(rack, first)["claim"] == "c1"
+    rack.claim("c2", nodeReuse={"key": "cp"})  # two hosts free to it: the held one wins
+    eventually(lambda: associated(rack, "c2"), timeout=REACTION, message=f"c2 bound\n{controller.output()}")
+    assert bound_to(rack, "c2") == first
+
+
+def test_a_policy_without_node_reuse_binds_normally_and_holds_nothing(controller, rack):
+    reuse_policy(rack, hold=None)
+    rack.host("h1")
+    rack.claim("c1", nodeReuse={"key": "md-0"})
+    eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 bound\n{controller.output()}")
+    refused = condition(rack, "c1", "NodeReuse")
+    assert (refused["status"], refused["reason"]) == ("False", "NodeReuseNotOffered"), refused
+    assert rack.namespace not in refused["message"] and "h1" not in refused["message"]
+    delete_claim(rack, "c1")
+    rack.claim("c2")
+    eventually(lambda: associated(rack, "c2"), timeout=REACTION, message=f"c2 bound\n{controller.output()}")
+    assert hold_of(rack, "h1") is None
+
+
+def test_each_step_is_idempotent(devenv, rack, tmp_path):
+    """The reconcile step run twice at each stage, as the controller runs it: the second run writes nothing."""
+    reuse_policy(rack, hold="1h")
+    rack.host("h1")
+    rack.claim("c1", nodeReuse={"key": "md-0"})
+
+    def twice() -> dict:
+        first = step("hostclaim_reconcile", devenv, tmp_path, rack)
+        again = step("hostclaim_reconcile", devenv, tmp_path, rack)
+        assert not again["changed"] and again["status_writes"] == 0, again
+        return first
+
+    assert step("hostclaim_reconcile", devenv, tmp_path, rack)["bind"]["bound"] == 1  # as any binding: not ours
+    delete_claim(rack, "c1")
+    released = twice()
+    assert released["release"]["claims"][0]["state"] == "released"
+    assert hold_of(rack, "h1")["key"] == "md-0"
+    rack.claims.remove((TENANT_A, "c1"))
+    rack.claim("c2", nodeReuse={"key": "md-0"})
+    twice()
+    assert bound_to(rack, "c2") == "h1" and hold_of(rack, "h1") is None
+    assert condition(rack, "c2", "NodeReuse")["reason"] == "ReusedHost"

@@ -1,0 +1,169 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+import datetime
+import json
+
+import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, reuse
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.release import scrubbed_spec
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import IN_USE_ANNOTATION
+
+T0 = datetime.datetime(2030, 1, 1, 10, 0, 0, tzinfo=datetime.UTC)
+
+
+def at(seconds: float) -> datetime.datetime:
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+def claim(name="c", namespace="t", key="md-0", uid=None):
+    spec = {"nodeReuse": {"key": key}} if key is not None else {}
+    return {"metadata": {"namespace": namespace, "name": name, "uid": uid or f"uid-{name}"}, "spec": spec}
+
+
+def host(name="h1", namespace="infra", annotations=None, consumer=None, cleaning="metadata"):
+    spec = {"online": False, "automatedCleaningMode": cleaning}
+    if consumer is not None:
+        spec["consumerRef"] = binding.claim_ref(consumer)
+    return {
+        "metadata": {"namespace": namespace, "name": name, "uid": f"uid-{name}", "annotations": annotations or {}},
+        "spec": spec,
+        "status": {"provisioning": {"state": "available"}, "poweredOn": False},
+    }
+
+
+def policy(name="p", namespace="infra", reuse_spec=None, names=("t", "u")):
+    spec = {"hostclaimNamespaces": {"names": list(names)}}
+    if reuse_spec is not None:
+        spec["nodeReuse"] = reuse_spec
+    return {"metadata": {"namespace": namespace, "name": name}, "spec": spec}
+
+
+def held_host(for_claim, offer=None, now=T0, **kwargs):
+    offer = offer or reuse.Offer(60, True)
+    released = host(**kwargs)
+    return reuse.held(released, for_claim, offer, now)[0]
+
+
+def test_the_key_is_read_and_a_bad_one_refused():
+    assert reuse.reuse_key(claim(key="md-0")) == "md-0"
+    assert reuse.reuse_key(claim(key=None)) is None
+    for bad in ("MD", "-a", "a" * 64, "", 3):
+        with pytest.raises(reuse.ReuseError, match=r"spec\.nodeReuse\.key"):
+            reuse.reuse_key(claim(key=bad))
+
+
+def test_offers_take_the_longest_hold_and_clean_when_any_cleans():
+    policies = [
+        policy("a", reuse_spec={"maxHoldDuration": "10m", "clean": False}),
+        policy("b", reuse_spec={"maxHoldDuration": "1h", "clean": False}),
+        policy("c", namespace="other", reuse_spec={"maxHoldDuration": "5m"}),
+        policy("d", namespace="none"),
+        policy("e", namespace="broken", reuse_spec={"maxHoldDuration": "soon"}),
+        policy("f", namespace="not-us", reuse_spec={"maxHoldDuration": "1h"}, names=("x",)),
+    ]
+    _authorized, decisions = evaluate_policies(policies, "t", {})
+    assert reuse.offers(policies, decisions) == {"infra": reuse.Offer(3600, False), "other": reuse.Offer(300, True)}
+    policies.append(policy("g", reuse_spec={"maxHoldDuration": "1m", "clean": True}))
+    _authorized, decisions = evaluate_policies(policies, "t", {})
+    assert reuse.offers(policies, decisions)["infra"] == reuse.Offer(3600, True)
+
+
+def test_only_a_keyed_claim_where_reuse_is_offered_is_held():
+    offer = reuse.Offer(60, True)
+    assert reuse.to_hold(claim(), offer) == offer
+    assert reuse.to_hold(claim(), None) is None
+    assert reuse.to_hold(claim(key=None), offer) is None
+    assert reuse.to_hold(claim(key="BAD"), offer) is None
+
+
+def test_the_release_scrub_cleans_unless_the_offer_says_not():
+    bound = host(consumer=claim())
+    bound["spec"]["image"] = {"url": "http://x"}
+    scrub = scrubbed_spec(bound)
+    assert reuse.scrubbed(scrub, reuse.Offer(60, True)) == scrub
+    assert reuse.scrubbed(scrub, None) == scrub
+    kept = reuse.scrubbed(scrub, reuse.Offer(60, False))
+    assert kept["spec"]["automatedCleaningMode"] == "disabled" and "image" not in kept["spec"]
+    assert reuse.scrubbed(kept, reuse.Offer(60, False)) == kept  # idempotent: the next run writes nothing
+
+
+def test_a_held_host_is_marked_for_its_namespace_key_and_end():
+    marked, hold = reuse.held(host(), claim("c1"), reuse.Offer(90, True), T0)
+    assert hold == reuse.Hold("t", "md-0", "c1", at(90), True)
+    assert reuse.hold_of(marked) == hold
+    data = json.loads(marked["metadata"]["annotations"][reuse.HOLD_ANNOTATION])
+    assert data == {"namespace": "t", "key": "md-0", "claim": "c1", "until": "2030-01-01T10:01:30Z", "cleaned": True}
+    assert hold.seconds_left(at(30)) == 60 and hold.seconds_left(at(100)) == 0
+    _uncleaned, hold = reuse.held(host(cleaning="disabled"), claim("c1"), reuse.Offer(90, False), T0)
+    assert hold.cleaned is False
+
+
+def test_only_the_same_namespace_and_key_take_a_held_host_until_its_end():
+    marked = held_host(claim("c1"))
+    assert reuse.may_take(marked, claim("c2"), at(10))
+    assert reuse.preferred(marked, claim("c2"), at(10))
+    assert not reuse.may_take(marked, claim("c2", namespace="u"), at(10))  # same key, another namespace
+    assert not reuse.may_take(marked, claim("c2", key=None), at(10))  # same namespace, no key
+    assert not reuse.may_take(marked, claim("c2", key="md-1"), at(10))  # another key
+    assert not reuse.may_take(marked, claim("c2", key="BAD"), at(10))
+    assert not reuse.may_take(marked, claim("c2"), at(60))  # ended: nobody until its mark goes
+    assert reuse.may_take(host(), claim("c2", key=None), at(10)) and not reuse.preferred(host(), claim("c2"), at(10))
+
+
+def test_a_broken_mark_holds_for_nobody_and_ends_with_cleaning():
+    broken = host(annotations={reuse.HOLD_ANNOTATION: "{not json"})
+    assert not reuse.may_take(broken, claim(), T0)
+    ended = reuse.ended(broken, T0)
+    assert reuse.HOLD_ANNOTATION not in ended["metadata"]["annotations"]
+    assert IN_USE_ANNOTATION in ended["metadata"]["annotations"]
+
+
+def test_binding_prefers_the_host_held_for_the_claim_and_skips_those_held_for_others():
+    held_for_us = held_host(claim("old"), name="h-held")
+    held_for_them = held_host(claim("old", namespace="u"), name="h-theirs")
+    hosts = [host("h-a"), host("h-b"), held_for_them, held_for_us]
+    plan = binding.plan(claim("new"), hosts, ["infra"], now=at(5))
+    assert plan.action == "bind"
+    assert binding.key(plan.candidates[0])[1] == "h-held"
+    assert "h-theirs" not in [binding.key(h)[1] for h in plan.candidates]
+    other = binding.plan(claim("new", key=None), hosts, ["infra"], now=at(5))
+    assert sorted(binding.key(h)[1] for h in other.candidates) == ["h-a", "h-b"]
+    attacker = binding.plan(claim("new", namespace="u2"), [held_for_us], ["infra"], now=at(5))
+    assert attacker.action == "refuse" and attacker.reason == binding.NO_HOST
+    assert "h-held" not in attacker.message and "infra" not in attacker.message
+
+
+def test_the_binding_write_drops_the_mark():
+    marked = held_host(claim("old"))
+    assert reuse.HOLD_ANNOTATION not in reuse.taken(marked)["metadata"]["annotations"]
+    plain = host()
+    assert reuse.taken(plain) is plain
+
+
+def test_a_hold_ends_at_its_time_cleaning_only_what_was_not_cleaned():
+    cleaned = held_host(claim("old"))
+    assert reuse.ended(cleaned, at(59)) is None
+    done = reuse.ended(cleaned, at(60))
+    assert done["metadata"]["annotations"] == {} and done["spec"] == cleaned["spec"]
+    assert reuse.ended(done, at(61)) is None  # idempotent
+    dirty = held_host(claim("old"), offer=reuse.Offer(60, False), cleaning="disabled")
+    to_clean = reuse.ended(dirty, at(60))
+    assert to_clean["spec"]["automatedCleaningMode"] == "metadata"
+    assert json.loads(to_clean["metadata"]["annotations"][IN_USE_ANNOTATION])["consumer"] == ""
+    assert binding.why_not_free(to_clean) is not None  # nobody binds it before its provisioner cleans it
+    assert reuse.ended(host(), at(60)) is None
+
+
+def test_the_condition_tells_the_tenant_what_release_does_without_naming_the_host():
+    offered = reuse.condition(claim(), reuse.Offer(600, True), reused=False)
+    assert offered[:3] == (reuse.NODE_REUSE, "True", reuse.REUSE_OFFERED)
+    assert "10m0s" in offered[3] and "wiped" in offered[3]
+    reused = reuse.condition(claim(), reuse.Offer(600, False), reused=True)
+    assert reused[:3] == (reuse.NODE_REUSE, "True", reuse.REUSED_HOST) and "not wiped" in reused[3]
+    refused = reuse.condition(claim(), None, reused=False)
+    assert refused[:3] == (reuse.NODE_REUSE, "False", reuse.REUSE_NOT_OFFERED)
+    assert reuse.condition(claim(key=None), None, reused=False) is None
+    assert reuse.condition(claim(key="X"), None, reused=False)[2] == reuse.REUSE_INVALID
+    for found in (offered, reused, refused):
+        assert "infra" not in found[3] and "h1" not in found[3]
