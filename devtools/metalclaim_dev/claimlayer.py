@@ -12,6 +12,8 @@ from metalclaim_dev.support import create_namespace, delete_namespaces, run_task
 
 TENANT_A = "cluster-ns"
 TENANT_B = "tenant-b"
+# A host at rest as its provisioner reports it: available, healthy, powered off.
+IDLE_STATUS = {"provisioning": {"state": "available"}, "operationalStatus": "OK", "poweredOn": False}
 METAL3 = "metal3.io/v1alpha1"
 
 
@@ -57,15 +59,16 @@ class Rack:
         self, name: str, state: str = "available", labels: dict | None = None, annotations: dict | None = None
     ) -> dict:
         self.api("admin", "BareMetalHost").create(body=self._host_body(name, labels, annotations))
-        return self._set_status(name, {"provisioning": {"state": state}, "operationalStatus": "OK", "poweredOn": False})
+        return self._set_status(name, {**IDLE_STATUS, "provisioning": {"state": state}})
 
     def add_hosts(self, count: int, threads: int = 8) -> None:
-        """`count` more available hosts h0000, h0001... created `threads` at a time (a bench's rack)."""
+        """`count` more available hosts h0000, h0001... created `threads` at a time (a bench's rack), each reporting
+        itself off as an idle host does: a released host then passes the release path's checks at once."""
 
         def one(index: int) -> None:
             name = f"h{index:04d}"
             self.api("admin", "BareMetalHost").create(body=self._host_body(name))
-            self._set_status(name, {"provisioning": {"state": "available"}})
+            self._set_status(name, IDLE_STATUS)
 
         with ThreadPoolExecutor(max_workers=threads) as pool:
             list(pool.map(one, range(self.hosts, self.hosts + count)))

@@ -35,6 +35,8 @@ class EventHandlers:
         # The tenants whose hooks want the claim events of a namespace.
         self.stores["Tenant"].add_index("claim-namespace", mapper.tenant_claim_namespaces)
         self.stores["BareMetalHost"].add_index("namespace", lambda h: [h["metadata"]["namespace"]])
+        # The claim key each host's consumerRef names: whether a claim gone still holds a host.
+        self.stores["BareMetalHost"].add_index("consumer", lambda h: [k for k in [mapper.consumer_key(h)] if k])
         # The provisioner side's view of namespaces (their opt-in label), apart from the claim side's, which
         # a namespace selector may narrow to tenant namespaces.
         self.infra_namespaces = Store()
@@ -110,7 +112,9 @@ class EventHandlers:
             return
         self._observe_association(old, new)
         self.sync_secret_watches((new or old)["metadata"]["namespace"])
-        self._enqueue("HostClaim", mapper.claim_changed(old, new), initial)
+        hosts = self.stores["BareMetalHost"]
+        named = new is not None or bool(hosts.by_index("consumer", mapper.key_of(mapper.CLAIM, old)))
+        self._enqueue("HostClaim", mapper.claim_changed(old, new, named_by_a_host=named), initial)
 
     def on_claimset(self, old, new, initial=False) -> None:
         self._enqueue("HostClaimSet", mapper.claimset_changed(old, new), initial)

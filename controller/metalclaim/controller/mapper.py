@@ -226,8 +226,13 @@ class Keys:
     dropped: bool = False
 
 
-def claim_changed(old: dict | None, new: dict | None) -> Keys:
+def claim_changed(old: dict | None, new: dict | None, named_by_a_host: bool = True) -> Keys:
+    """A claim's spec, reboot requests or deletion. A baremetal claim gone concerns the claim layer only while a host
+    still names it (`named_by_a_host`: an orphaned host to release); otherwise its going is the echo of our own last
+    writes (the host given back, then the finalizer removed), and a run would find nothing to do."""
     if claim_fingerprint(old) == claim_fingerprint(new):
+        return Keys(dropped=True)
+    if new is None and not named_by_a_host and is_baremetal(old):
         return Keys(dropped=True)
     key = claim_key(new or old)
     return Keys([] if key is None else [key])

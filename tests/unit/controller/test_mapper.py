@@ -48,6 +48,14 @@ def test_a_claims_spec_deletion_reboot_and_existence_concern_it():
     assert mapper.claim_changed(CLAIM_OBJ, None).keys == key
 
 
+def test_a_claim_gone_concerns_it_only_while_a_host_still_names_it():
+    deleting = changed(CLAIM_OBJ, metadata__deletionTimestamp="t")
+    assert mapper.claim_changed(deleting, None, named_by_a_host=True).keys == [(CLAIM, "tenant-a", "c1")]
+    assert mapper.claim_changed(deleting, None, named_by_a_host=False).dropped  # our own release's echo
+    # A remote claim's going is its mirror's business, whatever the hosts here say.
+    assert mapper.claim_changed(REMOTE_CLAIM, None, named_by_a_host=False).keys == [(REMOTE, "tenant-a", "r1")]
+
+
 def test_the_claim_layers_host_writes_wake_the_provisioner_not_the_claim_layer():
     bound = changed(HOST_OBJ, spec__consumerRef={"kind": "HostClaim", "namespace": "tenant-a", "name": "c1"})
     bound = changed(bound, metadata__generation=4)  # spec written by the claim layer
