@@ -57,7 +57,9 @@ def condition(run, claim: dict, host: dict, took_held: bool) -> tuple | None:
 
 def end_holds(run, hosts: list[dict]) -> list[dict]:
     """End every hold whose time has come (one host write each); one entry per hold, those still running with
-    `after` (seconds to their end) under the released claim's key, so the controller wakes that key then."""
+    `after` (seconds to their end) under the released claim's key, so the controller wakes that key then. A run
+    that holds none of those keys (the first after a restart: the released claim is gone, its deadline with the old
+    process) also carries the soonest end on its oldest claim, so some key always comes back at a hold's end."""
     now = now_of(run)
     results = []
     for host in hosts:
@@ -81,4 +83,11 @@ def end_holds(run, hosts: list[dict]) -> list[dict]:
                 continue
         run.record("BareMetalHost", host, updated)
         results.append(entry)
+    running = [r for r in results if r["state"] == "held"]
+    asked = {(w["namespace"], w["name"]) for w in run.wanted or []}
+    carriers = run.claims()
+    if running and carriers and not any((r["namespace"], r["name"]) in asked for r in running):
+        namespace, name = binding.key(carriers[0])
+        soonest = min(r["after"] for r in running)
+        results.append({"namespace": namespace, "name": name, "state": "held", "after": soonest, "changed": False})
     return results
