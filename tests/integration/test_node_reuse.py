@@ -19,6 +19,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.re
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import ClaimRun
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
+from kubernetes.client.exceptions import ApiException
 
 from metalclaim_dev.claimlayer import TENANT_A, TENANT_B
 from metalclaim_dev.controllerproc import ControllerProcess, associated, association, claim_side
@@ -258,3 +259,31 @@ def test_each_step_is_idempotent(devenv, rack):
     twice()
     assert bound_to(rack, "c2") == "h1" and hold_of(rack, "h1") is None
     assert condition(rack, "c2", "NodeReuse")["reason"] == "ReusedHost"
+
+
+def test_the_claim_side_may_add_the_in_use_mark_but_never_take_it_off(rack):
+    """The host-fields admission policy, attacked as the claim side's identity: the hold mark is its own; the
+    provisioner's in-use mark it may add (a hold ended uncleaned), never change or remove (which would hand a dirty
+    host to the next tenant)."""
+    rack.host("h1")
+    hosts = rack.api("controller", "BareMetalHost")
+
+    def merge(annotations: dict) -> int:
+        try:
+            hosts.patch(
+                body={"metadata": {"annotations": annotations}},
+                name="h1",
+                namespace=rack.namespace,
+                content_type="application/merge-patch+json",
+            )
+        except ApiException as error:  # the API server refusing is the point
+            return getattr(error, "status", 0)
+        return 200
+
+    assert merge({HOLD: '{"namespace":"x"}'}) == 200
+    assert merge({HOLD: None}) == 200
+    assert merge({IN_USE: '{"consumer":""}'}) == 200
+    assert merge({IN_USE: '{"consumer":"other"}'}) == 403  # changed
+    assert merge({IN_USE: None}) == 403  # removed
+    assert merge({"provisioner.metalclaim.io/operation": "{}"}) == 403  # any other provisioner mark
+    assert IN_USE in rack.read_host("h1")["metadata"]["annotations"]
