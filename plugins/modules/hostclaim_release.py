@@ -79,8 +79,15 @@ claims:
       description: C(<namespace>/<name>) of its host, or null when it had none.
       type: str
     state:
-      description: C(released) (finalizer removed), C(waiting) (host being deprovisioned) or C(conflict).
+      description:
+        - C(released) (finalizer removed), C(waiting) (host being deprovisioned) or C(conflict).
+        - "Node reuse: C(held) for a host held for the next claim with the released claim's key (the entry is
+          that claim's, with C(after)), C(hold-ended) when this run ended its hold."
       type: str
+    after:
+      description: Seconds until the hold of its host ends (node reuse); the controller runs the key again then.
+      type: float
+      returned: when its host is held
     message:
       description: What it waits for.
       type: str
@@ -107,6 +114,10 @@ orphans:
       type: str
 pending:
   description: How many claims (and orphaned hosts) wait for their host to be deprovisioned.
+  returned: always
+  type: int
+holds_ended:
+  description: How many node reuse holds this run ended (their hosts free again, or to be cleaned first).
   returned: always
   type: int
 errors:
