@@ -16,6 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CRDS = ("metal3.io_hostclaims.yaml", "metal3.io_hostclaimsets.yaml", "metal3.io_hostdeploypolicies.yaml")
+CRDS += ("metal3.io_hostcatalogs.yaml",)
 CRDS += ("metal3.io_baremetalhosts.yaml",)
 CRDS += ("metal3.io_hardwaredata.yaml", "tenancy.metalclaim.io_tenants.yaml")
 OUTPUT = ROOT / "docs" / "crd-reference.md"

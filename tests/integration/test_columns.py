@@ -37,5 +37,10 @@ def test_a_tenant_sees_its_claims_host_and_provisioning_state(devenv, tmp_path, 
 def test_a_policy_shows_what_it_admits_and_no_status_nobody_writes(devenv, rack):
     rack.policy({"names": [TENANT_A]})
     [row] = _table(devenv, "admin", "hostdeploypolicies", "-n", rack.namespace)
-    assert list(row) == ["NAME", "NAMES", "MAX-LEASE", "NAME-MATCHES", "AGE"]
-    assert (row["NAME"], row["NAMES"], row["NAME-MATCHES"]) == ("policy", f'["{TENANT_A}"]', "")
+    assert list(row) == ["NAME", "NAMES", "MAX-LEASE", "PUBLIC-LABELS", "NAME-MATCHES", "AGE"]
+    assert (row["NAME"], row["NAMES"], row["PUBLIC-LABELS"], row["NAME-MATCHES"]) == (
+        "policy",
+        f'["{TENANT_A}"]',
+        "",
+        "",
+    )

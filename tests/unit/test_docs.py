@@ -138,3 +138,12 @@ def test_every_claimset_reason_and_event_is_in_the_tenant_guide():
     assert {plan.SCALED_TO_REPLICAS, plan.CREATE_REFUSED, plan.HOSTS_WAITING, plan.CLAIMS_DELETED} <= reasons
     missing = sorted(reasons - {plan.KIND, plan.CLAIM_KIND} - _documented())
     assert not missing, f"HostClaimSet reasons docs/tenant-guide.md does not explain: {missing}"
+
+
+def test_every_catalog_reason_is_in_the_tenant_guide():
+    """A HostCatalog's Ready reasons (_catalog) are explained where tenants read about their catalog."""
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._catalog.pure import catalog
+
+    reasons = {catalog.COUNTED, catalog.VALUES_HIDDEN, catalog.TOO_MANY_CLASSES, catalog.HIDDEN}
+    missing = sorted(reason for reason in reasons if f"`{reason}`" not in TENANT_GUIDE.read_text())
+    assert not missing, f"HostCatalog reasons docs/tenant-guide.md does not explain: {missing}"
