@@ -52,8 +52,11 @@ def book_claims(run) -> dict:
     metadata_of = namespace_metadata(kube)
     now = leases.now_of(run)
     relist = getattr(kube, "relist", kube.list)  # a caching client must go to the server after a lost race
+    gone: set = set()
     for _attempt in range(ATTEMPTS):
-        planned = booking.plan(claims, hosts, _candidates(hosts, policies, metadata_of), now)
+        planned = booking.plan(claims, hosts, _candidates(hosts, policies, metadata_of), now, gone)
+        if planned.unknown - _checked(kube, planned.unknown, gone):
+            planned = booking.plan(claims, hosts, _candidates(hosts, policies, metadata_of), now, gone)
         if _write_hosts(run, planned, hosts, result):
             break
         result["conflicts"] += 1
@@ -71,6 +74,23 @@ def book_claims(run) -> dict:
             result["claims"].append(_note(run, decision, now))
     result["changed"] = result["host_writes"] > 0 or any(r["changed"] for r in result["claims"])
     return result
+
+
+def _checked(kube, unknown: set, gone: set) -> set:
+    """Read the claims of bookings the run's list does not hold (from the server): their uids added to `gone` when
+    deleted, being deleted or replaced by another claim of that name. The entries still there (claims created since
+    the list, booked by another run) are returned."""
+    alive = set()
+    for uid, namespace, name in sorted(unknown):
+        if uid in gone:
+            continue
+        fresh = kube.get(API_VERSION, "HostClaim", name, namespace)
+        meta = (fresh or {}).get("metadata") or {}
+        if fresh is None or meta.get("uid") != uid or meta.get("deletionTimestamp"):
+            gone.add(uid)
+        else:
+            alive.add((uid, namespace, name))
+    return alive
 
 
 def _annotations(obj: dict) -> dict:

@@ -283,6 +283,9 @@ class Plan:
 
     decisions: list[Decision] = field(default_factory=list)
     writes: dict = field(default_factory=dict)  # host key -> new annotation value (None: remove it)
+    # (uid, namespace, name) of bookings whose claim is not in the run's list (created since, or gone): kept until
+    # the caller reads the claim and says it is gone (plan's `gone`)
+    unknown: set = field(default_factory=set)
 
 
 def plan(
@@ -290,14 +293,19 @@ def plan(
     hosts: list[dict],
     candidates,
     now: datetime.datetime,
+    gone: set | frozenset = frozenset(),
 ) -> Plan:
     """Decide every booking claim in `claims` (all the live claims: those without a start are read for the hosts
     they hold), first come, first served, and tidy every host's bookings: an entry whose claim is gone, is being
-    deleted, asks another window now, is booked twice (the first host by key keeps it) or whose window has passed is
-    dropped. candidates(claim) -> the keys of the hosts the claim may use (its policies, selector, host pools,
-    Tenant reservation and lease caps: the caller knows them), in any order."""
+    deleted, asks another window now or is booked twice (the first host by key keeps it) is dropped, and one whose
+    window has passed too, but only when the host is written for another reason. candidates(claim) -> the keys of
+    the hosts the claim may use (its policies, selector, host pools, Tenant reservation and lease caps: the caller
+    knows them), in any order. A booking whose claim is not in `claims` is dropped only when its uid is in `gone`
+    (the caller read it: deleted, or another claim by that name now); else it stays, in Plan.unknown: a claim
+    created after `claims` was read may have been booked by another run."""
     claims_by_key = {_key(c): c for c in claims}
     live = {_uid(c): c for c in claims if not _meta(c).get("deletionTimestamp")}
+    all_uids = {_uid(c) for c in claims}
     by_key = {_key(h): h for h in hosts}
     current: dict = {}
     for host_key in sorted(by_key):
@@ -316,17 +324,23 @@ def plan(
         if window is not None:
             windows[_uid(claim)] = window
     kept: dict = {}
+    passed: dict = {}  # host key -> its entries whose window has passed: dropped only when the host is written anyway
     seen: set = set()
     for host_key, found in current.items():
         if found is None:
             continue
         keep = []
+        passed[host_key] = [e for e in found if e.window.end <= now]
         for entry in found:
-            window = windows.get(entry.uid)
-            if window is None or window != entry.window or entry.window.end <= now or entry.uid in seen:
+            if entry.window.end <= now or entry.uid in seen:
                 continue
-            claim = live[entry.uid]
-            if _key(claim) != (entry.namespace, entry.name):
+            if entry.uid not in all_uids and entry.uid not in gone:  # not in the list: maybe newer than it
+                result.unknown.add((entry.uid, entry.namespace, entry.name))
+                seen.add(entry.uid)
+                keep.append(entry)
+                continue
+            window = windows.get(entry.uid)
+            if window is None or window != entry.window or _key(live[entry.uid]) != (entry.namespace, entry.name):
                 continue
             seen.add(entry.uid)
             keep.append(entry)
@@ -357,6 +371,8 @@ def plan(
         booked[uid] = chosen
         result.decisions.append(Decision(claim, "booked", window, host=chosen, newly=True))
     for host_key, found in kept.items():
-        if encoded(found) != (_meta(by_key[host_key]).get("annotations") or {}).get(ANNOTATION):
+        written = (_meta(by_key[host_key]).get("annotations") or {}).get(ANNOTATION)
+        # A window that passed overlaps nothing to come: no write (and no wake of every waiting claim) just for it.
+        if encoded(found) != written and encoded(found + passed[host_key]) != written:
             result.writes[host_key] = encoded(found)
     return result
