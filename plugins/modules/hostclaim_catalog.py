@@ -14,7 +14,7 @@ description:
     and never write.
   - Its status lists classes of hosts - the values of the host labels the admitting policies list in
     C(spec.catalog.publicLabels) (their union) - each with C(total), C(free) (a claim could bind it now), C(bound) (a
-    HostClaim holds it) and C(booked) (claims booked ahead; always 0, bookings are not served by this release), the
+    HostClaim holds it) and C(booked) (accepted bookings ahead, C(spec.lease.start), on its hosts whose start is to come), the
     totals, a one-line C(summary) and a C(Ready) condition. The hosts counted are those of the infra namespaces of
     those policies, narrowed as the namespace's claims are (the tenant's host pools; hosts reserved for another
     tenant are left out).
@@ -105,7 +105,7 @@ catalogs:
       description: Hosts a HostClaim holds (any namespace's).
       type: int
     booked:
-      description: Claims booked ahead (always 0 in this release).
+      description: Accepted bookings ahead whose start is to come (any namespace's).
       type: int
   sample:
     - namespace: cluster-ns

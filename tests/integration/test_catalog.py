@@ -9,6 +9,7 @@ cannot write it nor read another namespace's, and finds no host name, infra name
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import threading
@@ -26,6 +27,8 @@ pytestmark = pytest.mark.integration
 CLASS = "example.com/hostclass"
 INTERVAL = 2.0  # --catalog-interval of this module's controller
 REACTION = 30  # seconds
+# Tenant A's catalog once its claim holds a gpu host and its booking ahead holds the other: (total, free, bound, booked)
+BOOKED = {"gpu": (2, 1, 1, 1), "small": (1, 1, 0, 0), "HIDDEN": (1, 1, 0, 0)}
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +120,12 @@ def test_the_tenant_reads_its_catalog_by_class_and_it_follows_a_binding(devenv, 
     # A claim of the tenant binds a gpu host (the controller's claim side): the catalog follows.
     rack.claim("cat-gpu", hostSelector={"matchLabels": {"infra-kind": rack.kind, CLASS: "gpu"}})
     found = wait_for(rack, {"gpu": (2, 1, 1, 0), "small": (1, 1, 0, 0), "HIDDEN": (1, 1, 0, 0)})
+    # A booking ahead of the tenant's (spec.lease.start in an hour) is accepted on the other gpu host: booked 1.
+    start = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    selector = {"matchLabels": {"infra-kind": rack.kind, CLASS: "gpu"}}
+    rack.claim("cat-booked", hostSelector=selector, lease={"start": start, "duration": "1h"})
+    found = wait_for(rack, BOOKED)
+    assert found["status"]["booked"] == 1
     updated = found["status"]["lastUpdated"]
     assert updated >= status["lastUpdated"]
 
@@ -128,7 +137,7 @@ def test_the_tenant_reads_its_catalog_by_class_and_it_follows_a_binding(devenv, 
 
 
 def test_a_storm_of_host_changes_writes_the_catalog_once_per_interval(rack, controller, clients):
-    wait_for(rack, {"gpu": (2, 1, 1, 0), "small": (1, 1, 0, 0), "HIDDEN": (1, 1, 0, 0)})
+    wait_for(rack, BOOKED)
     writes: list[float] = []
     stop = threading.Event()
     api = rack.api("admin", "HostCatalog")
@@ -160,7 +169,7 @@ def test_a_storm_of_host_changes_writes_the_catalog_once_per_interval(rack, cont
             label("gpu" if index % 2 == 0 else "small")
             time.sleep(0.1)  # the storm's pace, not a wait: each change is a count change
         storm = time.monotonic() - began
-        after = {"gpu": (3, 2, 1, 0), "HIDDEN": (1, 1, 0, 0)}
+        after = {"gpu": (3, 2, 1, 1), "HIDDEN": (1, 1, 0, 0)}
         eventually(lambda: classes(catalog(rack)) == after, REACTION, 0.2, "the catalog after the storm")
         settled = time.monotonic()
         eventually(lambda: time.monotonic() - settled > 2 * INTERVAL, REACTION, 0.2, "two more intervals")
@@ -184,11 +193,11 @@ def test_a_storm_of_host_changes_writes_the_catalog_once_per_interval(rack, cont
     assert 1 <= len(writes) <= runs <= storm / INTERVAL + 3, (writes, runs)
     assert all(gap >= INTERVAL * 0.8 for gap in gaps), gaps
     label("small")  # back as it was for the next tests
-    wait_for(rack, {"gpu": (2, 1, 1, 0), "small": (1, 1, 0, 0), "HIDDEN": (1, 1, 0, 0)})
+    wait_for(rack, BOOKED)
 
 
 def test_the_tenant_cannot_write_a_catalog_nor_read_another_namespaces(rack, controller, clients):
-    wait_for(rack, {"gpu": (2, 1, 1, 0), "small": (1, 1, 0, 0), "HIDDEN": (1, 1, 0, 0)})
+    wait_for(rack, BOOKED)
     mine = rack.api("tenant-a", "HostCatalog")
     found = catalog(rack, identity="tenant-a")
 
@@ -223,6 +232,7 @@ def test_the_tenant_cannot_write_a_catalog_nor_read_another_namespaces(rack, con
         assert host["metadata"]["name"] not in text.replace("HIDDEN", "")
         assert host["spec"]["bmc"]["address"] not in text
     assert rack.namespace not in text
+    assert "cat-gpu" not in text and "cat-booked" not in text  # nor the claims holding or booking them
 
 
 def test_infra_cannot_publish_a_label_that_names_hosts(rack, controller):
@@ -234,7 +244,7 @@ def test_infra_cannot_publish_a_label_that_names_hosts(rack, controller):
 
 
 def test_a_policy_that_no_longer_admits_the_namespace_withdraws_its_catalog(rack, controller):
-    wait_for(rack, {"gpu": (2, 1, 1, 0), "small": (1, 1, 0, 0), "HIDDEN": (1, 1, 0, 0)})
+    wait_for(rack, BOOKED)
     rack.api("admin", "HostDeployPolicy").patch(
         body={"spec": {"hostclaimNamespaces": {"names": [TENANT_B]}}},
         name="catalog",
@@ -243,7 +253,7 @@ def test_a_policy_that_no_longer_admits_the_namespace_withdraws_its_catalog(rack
     )
     eventually(lambda: catalog(rack) is None, REACTION, 0.2, "tenant A's catalog withdrawn")
     moved = eventually(lambda: catalog(rack, TENANT_B), REACTION, 0.2, "tenant B's catalog")
-    assert classes(moved)["gpu"] == (2, 1, 1, 0)  # tenant A's claim still holds its host
+    assert classes(moved)["gpu"] == (2, 1, 1, 1)  # tenant A's claim still holds its host, its booking stands
     assert classes(catalog(rack, TENANT_B, identity="tenant-b")) == classes(moved)
     rack.api("admin", "HostDeployPolicy").delete(name="catalog", namespace=rack.namespace)
     eventually(lambda: catalog(rack, TENANT_B) is None, REACTION, 0.2, "tenant B's catalog withdrawn")

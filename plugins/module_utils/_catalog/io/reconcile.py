@@ -72,7 +72,10 @@ def _reconcile(run, namespace, namespace_meta, policies, hosts, infra, catalog) 
 
 
 def _apply(run, namespace, namespace_meta, policies, hosts, infra, catalog, result) -> dict:
-    counted = cat.count(namespace, namespace_meta, policies, hosts, infra) if namespace_meta else {"admitted": False}
+    if namespace_meta:
+        counted = cat.count(namespace, namespace_meta, policies, hosts, infra, run.timestamp)
+    else:
+        counted = {"admitted": False}
     if not counted["admitted"]:
         if catalog is None:
             result.update(state="absent")

@@ -13,12 +13,16 @@ badly) is shown as HIDDEN, said in the Ready condition without naming anything.
 
 Counts: ``total`` hosts of the class not being deleted; ``free``, those a claim could bind now (no consumer, in a free
 provisioning state, not paused, in error or still to be deprovisioned); ``bound``, those with a HostClaim consumer;
-``booked``, claims booked ahead on the class (always 0: bookings, HostClaim ``spec.lease.start``, are not served by
-this release). ``lastUpdated`` moves only when a count or a condition changes, so a run over an unchanged fleet
-writes nothing.
+``booked``, the bookings ahead (HostClaim ``spec.lease.start``) accepted on the class's hosts whose start is still to
+come, of any namespace (the claim layer keeps them on the host: its ``metalclaim.io/bookings`` annotation). A host
+booked later may be free now: it counts in both. ``lastUpdated`` moves only when a count or a condition changes, so
+a run over an unchanged fleet writes nothing.
 """
 
 from __future__ import annotations
+
+import datetime
+import json
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
@@ -41,6 +45,9 @@ POLICY_KIND = "HostDeployPolicy"
 NAME = "hosts"  # one catalog per tenant namespace, always this name
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "metalclaim"
+# The claim layer's record of a host's accepted bookings (_claims/pure/booking.py ANNOTATION; a unit test keeps them
+# equal): a JSON list of {uid, namespace, name, start, end}.
+BOOKINGS_ANNOTATION = "metalclaim.io/bookings"
 HIDDEN = "HIDDEN"  # a public label's value that would name a host, a namespace or a BMC
 NONE = ""  # a host without a public label: the class's label is shown empty
 COUNTS = ("total", "free", "bound", "booked")
@@ -99,6 +106,30 @@ def host_state(host: dict) -> str | None:
     return "other"
 
 
+def _time(text) -> datetime.datetime | None:
+    try:
+        parsed = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=datetime.timezone.utc)
+
+
+def bookings_ahead(host: dict, now: str) -> int:
+    """The host's accepted bookings whose start is after `now` (an unreadable annotation or entry counts none)."""
+    text = ((host.get("metadata") or {}).get("annotations") or {}).get(BOOKINGS_ANNOTATION)
+    moment = _time(now)
+    if not text or moment is None:
+        return 0
+    try:
+        entries = json.loads(text)
+    except ValueError:
+        return 0
+    if not isinstance(entries, list):
+        return 0
+    starts = [_time(entry.get("start")) for entry in entries if isinstance(entry, dict)]
+    return sum(1 for start in starts if start is not None and start > moment)
+
+
 def _pools(namespace_annotations: dict | None) -> dict | None:
     """The namespace's host pools, as the claim layer reads them: {infra namespace: selector or None (nothing)}."""
     pools = host_pool_selectors(namespace_annotations)
@@ -139,11 +170,13 @@ def count(
     policies: list[dict],
     hosts: list[dict],
     infra_namespaces: set[str] | None = None,
+    now: str = "",
 ) -> dict:
     """{"labels": [keys], "classes": [...], "hidden": n, "admitted": bool} for one tenant namespace.
 
     `namespace_meta`: the Namespace's metadata (labels feed the policies, annotations the host pools);
-    `infra_namespaces`: every namespace holding hosts (a label value equal to one of them is hidden too)."""
+    `infra_namespaces`: every namespace holding hosts (a label value equal to one of them is hidden too); `now`: the
+    run's time (bookings starting later are counted)."""
     meta = namespace_meta or {}
     labels = meta.get("labels") or {}
     admitting = publishing(policies, namespace, labels)
@@ -174,6 +207,7 @@ def count(
         entry["total"] += 1
         if state in ("free", "bound"):
             entry[state] += 1
+        entry["booked"] += bookings_ahead(host, now) if now else 0
     listed = [
         {"labels": dict(zip(label_keys, values, strict=True)), **counts} for values, counts in sorted(classes.items())
     ]

@@ -144,3 +144,46 @@ def test_only_our_catalogs_are_ours():
     assert cat.ours(body) and body["metadata"]["name"] == "hosts"
     assert not cat.ours({"metadata": {"name": "hosts"}})
     assert not cat.ours({"metadata": {"name": "other", "labels": {cat.MANAGED_BY_LABEL: cat.MANAGED_BY}}})
+
+
+def test_bookings_ahead_count_per_class_and_started_ones_do_not():
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import booking
+
+    assert cat.BOOKINGS_ANNOTATION == booking.ANNOTATION  # the claim layer's record, read here
+    entries = [
+        {
+            "uid": "a",
+            "namespace": "team-x",
+            "name": "a",
+            "start": "2030-01-01T00:00:05Z",
+            "end": "2030-01-01T01:00:00Z",
+        },
+        {
+            "uid": "b",
+            "namespace": "team-x",
+            "name": "b",
+            "start": "2030-01-02T00:00:00Z",
+            "end": "2030-01-03T00:00:00Z",
+        },
+        {
+            "uid": "c",
+            "namespace": "team-x",
+            "name": "c",
+            "start": "2029-12-31T00:00:00Z",
+            "end": "2030-01-03T00:00:00Z",
+        },
+    ]
+    booked = {cat.BOOKINGS_ANNOTATION: json.dumps(entries)}
+    hosts = [
+        host("h1", labels={CLASS: "gpu"}, annotations=booked),
+        host("h2", labels={CLASS: "gpu"}, annotations={cat.BOOKINGS_ANNOTATION: "not json"}),  # counts none
+        host("h3", labels={CLASS: "small"}),
+    ]
+    # At T1, a and b start later (c has started): 2 booked on gpu; h1 is free now all the same.
+    assert counts(cat.count("team-a", {}, [policy()], hosts, now=T1)) == {
+        ("gpu",): (2, 2, 0, 2),
+        ("small",): (1, 1, 0, 0),
+    }
+    assert counts(cat.count("team-a", {}, [policy()], hosts, now=T2))[("gpu",)] == (2, 2, 0, 1)  # a started
+    text = json.dumps(cat.desired_status(cat.count("team-a", {}, [policy()], hosts, now=T1), None, T1))
+    assert "team-x" not in text and '"uid"' not in text  # counts only
