@@ -255,6 +255,18 @@ def test_each_step_is_idempotent(devenv, rack):
     assert writes(released) == 3, released["api_calls"]  # scrub, consumerRef cleared and marked, finalizer
     assert hold_of(rack, "h1")["key"] == "md-0"
     rack.claims.remove((TENANT_A, "c1"))
+    # A run that does not hold the released claim's key (as after a restart) carries the hold's end on a claim of
+    # its own: the controller runs that one again then.
+    rack.claim("bystander")
+    run = ClaimRun(
+        Kube({"kubeconfig": devenv.kubeconfig("controller")}),
+        [{"namespace": TENANT_A, "name": "bystander"}],
+        now(),
+        False,
+    )
+    outcome = next(o for o in run.finish(reconcile_claims(run))["outcomes"] if o["name"] == "bystander")
+    assert (outcome["result"], outcome["reason"]) == ("wait", "NoBareMetalHost"), outcome
+    assert 3500 < outcome["after"] <= 3600, outcome
     rack.claim("c2", nodeReuse={"key": "md-0"})
     twice()
     assert bound_to(rack, "c2") == "h1" and hold_of(rack, "h1") is None
