@@ -394,7 +394,8 @@ def host_fingerprint_for_catalogs(host: dict | None):
     )
 
 
-_CATALOG_ANNOTATIONS = (PAUSED_ANNOTATION, IN_USE_ANNOTATION, RESERVED_FOR_ANNOTATION, catalog.BOOKINGS_ANNOTATION)
+_CATALOG_ANNOTATIONS = (PAUSED_ANNOTATION, IN_USE_ANNOTATION, RESERVED_FOR_ANNOTATION)
+_CATALOG_ANNOTATIONS += (catalog.BOOKINGS_ANNOTATION, catalog.HOLD_ANNOTATION)
 
 
 def publishes(policy: dict, infra_namespace: str) -> bool:

@@ -12,11 +12,11 @@ host's name, namespace, BMC address or boot MAC, and a public label whose value 
 badly) is shown as HIDDEN, said in the Ready condition without naming anything.
 
 Counts: ``total`` hosts of the class not being deleted; ``free``, those a claim could bind now (no consumer, in a free
-provisioning state, not paused, in error or still to be deprovisioned); ``bound``, those with a HostClaim consumer;
-``booked``, the bookings ahead (HostClaim ``spec.lease.start``) accepted on the class's hosts whose start is still to
-come, of any namespace (the claim layer keeps them on the host: its ``metalclaim.io/bookings`` annotation). A host
-booked later may be free now: it counts in both. ``lastUpdated`` moves only when a count or a condition changes, so
-a run over an unchanged fleet writes nothing.
+provisioning state, not paused, in error, still to be deprovisioned or held for a node reuse); ``bound``, those with
+a HostClaim consumer; ``booked``, the bookings ahead (HostClaim ``spec.lease.start``) accepted on the class's hosts
+whose start is still to come, of any namespace (the claim layer keeps them on the host: its ``metalclaim.io/bookings``
+annotation). A host booked later may be free now: it counts in both. ``lastUpdated`` moves only when a count or a
+condition changes, so a run over an unchanged fleet writes nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +48,9 @@ MANAGED_BY = "metalclaim"
 # The claim layer's record of a host's accepted bookings (_claims/pure/booking.py ANNOTATION; a unit test keeps them
 # equal): a JSON list of {uid, namespace, name, start, end}.
 BOOKINGS_ANNOTATION = "metalclaim.io/bookings"
+# A released host the claim layer holds for the next claim of one namespace with a reuse key (_claims/pure/reuse.py
+# HOLD_ANNOTATION): free for nobody else, so counted as neither free nor bound.
+HOLD_ANNOTATION = "metalclaim.io/reuse-hold"
 HIDDEN = "HIDDEN"  # a public label's value that would name a host, a namespace or a BMC
 NONE = ""  # a host without a public label: the class's label is shown empty
 COUNTS = ("total", "free", "bound", "booked")
@@ -101,6 +104,7 @@ def host_state(host: dict) -> str | None:
         and not status.get("errorType")
         and metal3.PAUSED_ANNOTATION not in annotations
         and metal3.IN_USE_ANNOTATION not in annotations
+        and HOLD_ANNOTATION not in annotations
     ):
         return "free"
     return "other"

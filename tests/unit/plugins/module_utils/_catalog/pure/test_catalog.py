@@ -187,3 +187,14 @@ def test_bookings_ahead_count_per_class_and_started_ones_do_not():
     assert counts(cat.count("team-a", {}, [policy()], hosts, now=T2))[("gpu",)] == (2, 2, 0, 1)  # a started
     text = json.dumps(cat.desired_status(cat.count("team-a", {}, [policy()], hosts, now=T1), None, T1))
     assert "team-x" not in text and '"uid"' not in text  # counts only
+
+
+def test_a_host_held_for_a_node_reuse_is_not_free():
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import reuse
+
+    assert cat.HOLD_ANNOTATION == reuse.HOLD_ANNOTATION  # the claim layer's mark, read here
+    hosts = [
+        host("h1", labels={CLASS: "gpu"}, annotations={cat.HOLD_ANNOTATION: "{}"}),
+        host("h2", labels={CLASS: "gpu"}),
+    ]
+    assert counts(cat.count("team-a", {}, [policy()], hosts)) == {("gpu",): (2, 1, 0, 0)}
