@@ -83,7 +83,9 @@ def tenant_visible(rack, name: str) -> str:
     """Everything of the claim and its Events the tenant can read, as text."""
     claim = rack.api("tenant-a", "HostClaim").get(name=name, namespace=TENANT_A).to_dict()
     events = rack.api("tenant-a", "Event", "v1").get(namespace=TENANT_A, field_selector=f"involvedObject.name={name}")
-    return json.dumps(claim.get("status")) + json.dumps([e.message for e in events.items])
+    uid = claim["metadata"]["uid"]  # this claim's Events, not those of an earlier claim of that name
+    messages = [e.message for e in events.items if e.involvedObject.uid == uid]
+    return json.dumps(claim.get("status")) + json.dumps(messages)
 
 
 def test_first_come_first_served_then_idempotent_then_bound_at_the_start(devenv, rack):
@@ -98,7 +100,7 @@ def test_first_come_first_served_then_idempotent_then_bound_at_the_start(devenv,
     time.sleep(1.05)
     book(rack, "c", at + datetime.timedelta(seconds=20), 60)  # [120, 180): overlaps both
     first = reconcile(devenv, rack, t0)
-    assert first["booking"]["host_writes"] == 2, first["booking"]
+    assert first["booking"]["host_writes"] >= 2, first["booking"]  # the run books every claim it sees: others' too
     found = bookings(rack)
     assert [e[0] for e in found["h1"]] == ["a"] and [e[0] for e in found["h2"]] == ["b"], found
     for name, reason in (("a", "Booked"), ("b", "Booked"), ("c", "BookingConflict")):
@@ -213,3 +215,36 @@ def test_the_api_server_refuses_a_start_without_a_window(rack):
             rack.claim("bad", lease=lease)
         assert refused.value.status == 422, lease
         assert "spec.lease" in refused.value.body
+
+
+def test_a_tenant_can_neither_forge_a_booking_nor_read_where_it_is(devenv, rack):
+    rack.policy()
+    rack.host("h1")
+    t0 = server_now(rack)
+    book(rack, "mine", t0 + datetime.timedelta(seconds=300), 60)
+    reconcile(devenv, rack, t0)
+    assert lease_reason(rack, "mine") == "Booked"
+    forged = {booking.ANNOTATION: json.dumps([{"uid": "x", "namespace": TENANT_A, "name": "mine"}])}
+    attempts = {
+        "write status.booking": lambda: rack.api("tenant-a", "HostClaim").status.patch(
+            body={"status": {"booking": {"start": stamp(t0), "end": stamp(t0)}}},
+            name="mine",
+            namespace=TENANT_A,
+            content_type="application/merge-patch+json",
+        ),
+        "read the host": lambda: rack.api("tenant-a", "BareMetalHost").get(name="h1", namespace=rack.namespace),
+        "list hosts": lambda: rack.api("tenant-a", "BareMetalHost").get(namespace=rack.namespace),
+        "annotate the host": lambda: rack.api("tenant-a", "BareMetalHost").patch(
+            body={"metadata": {"annotations": forged}},
+            name="h1",
+            namespace=rack.namespace,
+            content_type="application/merge-patch+json",
+        ),
+    }
+    refused = {}
+    for what, attempt in attempts.items():
+        with pytest.raises(ApiException) as error:
+            attempt()
+        refused[what] = error.value.status
+    assert set(refused.values()) == {403}, refused
+    assert [e[0] for e in bookings(rack)["h1"]] == ["mine"]

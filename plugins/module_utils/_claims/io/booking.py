@@ -17,6 +17,7 @@ start without polling, and the bind step binds it there.
 from __future__ import annotations
 
 import copy
+import json
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io import leases
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_metadata
@@ -42,9 +43,11 @@ def _booking_claims(claims: list[dict]) -> bool:
 def book_claims(run) -> dict:
     """Decide the pending bookings and tidy the hosts' bookings; note the run's own booking claims."""
     kube = run.kube
-    mine = {binding.key(c) for c in run.claims() if binding.claim_kind(c) == binding.DEFAULT_CLAIM_KIND}
-    claims = [c for c in kube.list(API_VERSION, "HostClaim") if binding.claim_kind(c) == binding.DEFAULT_CLAIM_KIND]
-    hosts = kube.list(API_VERSION, "BareMetalHost")
+    held = getattr(kube, "held", kube.list)  # read only here (a host is copied before it is written): no copies
+    claims = [c for c in held(API_VERSION, "HostClaim") if binding.claim_kind(c) == binding.DEFAULT_CLAIM_KIND]
+    wanted = {(w["namespace"], w["name"]) for w in run.wanted} if run.wanted else None
+    mine = {binding.key(c) for c in claims if wanted is None or binding.key(c) in wanted}  # the run's own claims
+    hosts = held(API_VERSION, "BareMetalHost")
     result = {"changed": False, "claims": [], "host_writes": 0, "conflicts": 0}
     if not _booking_claims(claims) and not any(booking.ANNOTATION in _annotations(h) for h in hosts):
         return result  # nothing booked, nothing to tidy: no more reads
@@ -102,7 +105,17 @@ def _candidates(hosts: list[dict], policies: list[dict], metadata_of: dict):
     spec.hostSelector.inNamespace), its selector, its namespace's host pools and Tenant reservations, and the lease
     caps there (the window's length)."""
 
+    found: dict = {}  # (namespace, selector, window length) -> the keys: claims alike share them
+
     def candidates(claim: dict) -> list:
+        window = booking.requested_or_none(claim)
+        selector = (claim.get("spec") or {}).get("hostSelector") or {}
+        alike = (binding.key(claim)[0], json.dumps(selector, sort_keys=True), window.end - window.start)
+        if alike not in found:
+            found[alike] = _keys(claim, window)
+        return found[alike]
+
+    def _keys(claim: dict, window) -> list:
         namespace = binding.key(claim)[0]
         labels = (metadata_of.get(namespace) or {}).get("labels") or {}
         annotations = (metadata_of.get(namespace) or {}).get("annotations")
@@ -115,7 +128,6 @@ def _candidates(hosts: list[dict], policies: list[dict], metadata_of: dict):
         in_namespace = selector.get("inNamespace")
         allowed = {ns for ns in authorized if not in_namespace or ns == in_namespace}
         caps = lease.with_tenant_cap(lease.caps(policies, decisions), labels)
-        window = booking.requested_or_none(claim)
         wanted = lease.asked(claim)
         allowed = {ns for ns in allowed if lease.fits(wanted, caps.get(ns), window.start)}
         pools = binding.host_pools(annotations)
@@ -155,7 +167,7 @@ def _write_hosts(run, planned: booking.Plan, hosts: list[dict], result: dict) ->
 
 
 def _note(run, decision: booking.Decision, now) -> dict:
-    claim = decision.claim
+    claim = copy.deepcopy(decision.claim)  # the run's list holds it: the book gets its own
     namespace, name = binding.key(claim)
     result = {"namespace": namespace, "name": name, "booking": decision.state, "changed": False}
     window = decision.window

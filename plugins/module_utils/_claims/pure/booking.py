@@ -26,6 +26,7 @@ Every decision takes the run's timestamp (``now``): no clock here.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 from dataclasses import dataclass, field
 
@@ -123,20 +124,24 @@ def entries(host: dict) -> list[Entry]:
     text = (_meta(host).get("annotations") or {}).get(ANNOTATION)
     if not text:
         return []
+    return list(_parsed(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> tuple[Entry, ...]:
+    # A run reads each host's annotation once per claim it plans: parsed once per text (entries are frozen).
     try:
-        raw = json.loads(text)
-        found = [
+        return tuple(
             Entry(
                 str(item["uid"]),
                 str(item["namespace"]),
                 str(item["name"]),
                 Window(lease.parse_time(item["start"]), lease.parse_time(item["end"])),
             )
-            for item in raw
-        ]
+            for item in json.loads(text)
+        )
     except (ValueError, TypeError, KeyError, lease.LeaseError) as error:
         raise Unreadable(f"annotation {ANNOTATION}: {error}") from None
-    return found
 
 
 def encoded(found: list[Entry]) -> str | None:
