@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
+import urllib.request
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.reconcile import reconcile_claims
@@ -22,7 +23,9 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 from kubernetes.client.exceptions import ApiException
 
 from metalclaim_dev.claimlayer import TENANT_A, TENANT_B
+from metalclaim_dev.configdrive_reader import read_config_drive
 from metalclaim_dev.controllerproc import ControllerProcess, associated, association, claim_side
+from metalclaim_dev.netfixtures import post_json
 from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
@@ -299,3 +302,69 @@ def test_the_claim_side_may_add_the_in_use_mark_but_never_take_it_off(rack):
     assert merge({IN_USE: None}) == 403  # removed
     assert merge({"provisioner.metalclaim.io/operation": "{}"}) == 403  # any other provisioner mark
     assert IN_USE in rack.read_host("h1")["metadata"]["annotations"]
+
+
+def test_with_the_provisioner_an_uncleaned_hold_is_wiped_before_the_pool(devenv, site, files, media_server, tmp_path):
+    """On the emulated BMC with the real provisioner: clean: false deprovisions the released host without wiping it
+    (no cleaning medium goes in); when the hold ends unused, the provisioner wipes it (the image writer's cleaning,
+    played by the test from its config drive) before the waiting claim gets it."""
+    options = [
+        *("--deploy-iso-url", files.add("writer.iso", b"image writer live system\n" * 64)),
+        *("--media-dir", media_server["dir"], "--media-url", media_server["url"]),
+    ]
+    site.api("HostDeployPolicy").patch(
+        body={"spec": {"nodeReuse": {"maxHoldDuration": "5s", "clean": False}}},
+        name="policy",
+        namespace=site.namespace,
+        content_type="application/merge-patch+json",
+    )
+    site.host("h0", 0)
+    serve = ("--infra-namespaces", site.namespace, "--controllers")
+    claims_side = ControllerProcess(devenv, tmp_path / "claims", *serve, "claims", "--standby=true")
+    provisioner = ControllerProcess(
+        devenv, tmp_path / "provisioner", *serve, "provisioner", *options, kubeconfig_identity="provisioner"
+    )
+
+    def both() -> str:
+        return f"claims:\n{claims_side.output()}\nprovisioner:\n{provisioner.output()}"
+
+    def host_conditions() -> dict:
+        return {c["type"]: c for c in (site.read("h0").get("status") or {}).get("conditions") or []}
+
+    def claim_association(name: str) -> str | None:
+        found = (site.read_claim(name) or {}).get("status") or {}
+        return next((c["status"] for c in found.get("conditions") or [] if c["type"] == "Association"), None)
+
+    bmc = site.bmc(0)
+    try:
+        eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{both()}")
+        site.claim("a", online=True, nodeReuse={"key": "md-0"})
+        eventually(lambda: bmc.power_state() == "On", timeout=60, message=f"a's host powered on\n{both()}")
+        site.api("HostClaim", identity="tenant-a").delete(name="a", namespace=TENANT_A)
+        eventually(
+            lambda: "metalclaim.io/reuse-hold" in (site.read("h0")["metadata"].get("annotations") or {}),
+            timeout=60,
+            message=f"held\n{both()}",
+        )
+        kept = host_conditions()["Cleaned"]
+        assert (kept["status"], kept["reason"]) == ("False", "CleaningDisabled"), kept  # the disks kept for md-0
+        assert bmc.power_state() == "Off"
+        site.claim("other", online=False)  # no key: waits through the hold, then through the wipe
+
+        def writer_booted() -> bool:
+            media = bmc.media("config")
+            return bool(media["inserted"]) and bmc.power_state() == "On"
+
+        eventually(writer_booted, timeout=60, message=f"the hold ended: cleaning writer booted\n{both()}")
+        assert claim_association("other") == "False"
+        drive = read_config_drive(urllib.request.urlopen(bmc.media("config")["image"], timeout=5).read())
+        deploy = json.loads(drive["metalclaim/deploy.json"])
+        assert deploy["mode"] == "clean"
+        post_json(deploy["callback"]["url"], {"status": "success", "message": "metadata wiped on /dev/sda"})
+        eventually(lambda: claim_association("other") == "True", timeout=60, message=f"other bound\n{both()}")
+        wiped = host_conditions()["Cleaned"]
+        assert (wiped["status"], wiped["reason"]) == ("True", "MetadataCleaned"), wiped
+    finally:
+        bmc.close()
+        claims_side.stop()
+        provisioner.stop()
