@@ -28,13 +28,9 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.outcomes import DONE, Outcomes
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policy
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
-    SelectorError,
-    matches,
-    validate,
-)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
-    host_pool_selectors,
+    host_pools,
+    in_host_pool,
     may_bind,
 )
 
@@ -134,32 +130,6 @@ def bookings_ahead(host: dict, now: str) -> int:
     return sum(1 for start in starts if start is not None and start > moment)
 
 
-def _pools(namespace_annotations: dict | None) -> dict | None:
-    """The namespace's host pools, as the claim layer reads them: {infra namespace: selector or None (nothing)}."""
-    pools = host_pool_selectors(namespace_annotations)
-    if pools is None:
-        return None
-    usable = {}
-    for namespace, selector in pools.items():
-        try:
-            validate(selector, f"host pool {namespace}")
-            usable[namespace] = selector
-        except SelectorError:
-            usable[namespace] = None
-    return usable
-
-
-def _in_pool(host: dict, pools: dict | None) -> bool:
-    if pools is None:
-        return True
-    if "*" in pools:
-        return False
-    namespace = key(host)[0]
-    if namespace not in pools:
-        return True
-    return pools[namespace] is not None and matches(pools[namespace], (host.get("metadata") or {}).get("labels"))
-
-
 def _secrets_of(host: dict) -> set[str]:
     """What a public label's value must never be: the host's name, its namespace, its BMC address and boot MAC."""
     spec = host.get("spec") or {}
@@ -188,13 +158,13 @@ def count(
     for policy in admitting:
         keys_by_infra.setdefault(key(policy)[0], set()).update(public_labels(policy) or [])
     label_keys = sorted(set().union(*keys_by_infra.values())) if keys_by_infra else []
-    pools = _pools(meta.get("annotations"))
+    pools = host_pools(meta.get("annotations"))
     forbidden = {n.lower() for n in infra_namespaces or set()} | {namespace.lower()}
     classes: dict[tuple, dict] = {}
     hidden = 0
     for host in hosts:
         infra = key(host)[0]
-        if infra not in keys_by_infra or not _in_pool(host, pools) or not may_bind(host, labels):
+        if infra not in keys_by_infra or not in_host_pool(host, pools) or not may_bind(host, labels):
             continue
         state = host_state(host)
         if state is None:

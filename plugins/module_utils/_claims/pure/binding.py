@@ -22,7 +22,8 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     binding_verdict,
-    host_pool_selectors,
+    host_pools,
+    in_host_pool,
     max_bound_hosts,
     may_bind,
     tenant_of,
@@ -123,35 +124,6 @@ def why_not_given_back(host: dict) -> str | None:
 def failure_domain(host: dict) -> str | None:
     labels = (host.get("metadata") or {}).get("labels") or {}
     return next((labels[label] for label in FAILURE_DOMAIN_LABELS if labels.get(label)), None)
-
-
-def host_pools(namespace_annotations: dict | None) -> dict | None:
-    """The claim namespace's tenant host pools: {infra namespace: selector, or None for one that admits nothing}
-    (None: no pool narrows anything). Validated once per claim, not per host."""
-    pools = host_pool_selectors(namespace_annotations)
-    if pools is None:
-        return None
-    usable = {}
-    for namespace, selector in pools.items():
-        try:
-            validate(selector, f"host pool {namespace}")
-            usable[namespace] = selector
-        except SelectorError:
-            usable[namespace] = None  # the tenant step validates it: one that cannot be read admits nothing
-    return usable
-
-
-def in_host_pool(host: dict, pools: dict | None) -> bool:
-    """Whether host_pools let a claim bind the host: a pool's selector narrows its infra namespace; the infra
-    namespaces without one are not narrowed; "*" (an unreadable annotation) narrows all of them to nothing."""
-    if pools is None:
-        return True
-    if "*" in pools:
-        return False
-    namespace = key(host)[0]
-    if namespace not in pools:
-        return True
-    return pools[namespace] is not None and matches(pools[namespace], (host.get("metadata") or {}).get("labels"))
 
 
 def spread_counts(claim: dict, hosts: list[dict], claims: list[dict]) -> dict | None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import selectors
+
 # On every object the tenant step creates (Namespace, RoleBinding, ResourceQuota, HostDeployPolicy): whose
 # it is. An object of the name wanted without this label (or with another tenant's) is never taken over.
 TENANT_LABEL = "tenancy.metalclaim.io/tenant"
@@ -120,6 +122,37 @@ def host_pool_selectors(namespace_annotations: dict | None) -> dict | None:
     if pools is False or (pools and not all(isinstance(v, dict) for v in pools.values())):
         return {"*": None}
     return pools
+
+
+def host_pools(namespace_annotations: dict | None) -> dict | None:
+    """The claim namespace's tenant host pools, validated once per namespace, not per host: {infra namespace:
+    selector, or None for one that admits nothing} (None: no pool narrows anything). The claim layer binds within
+    them and the catalog counts within them."""
+    pools = host_pool_selectors(namespace_annotations)
+    if pools is None:
+        return None
+    usable = {}
+    for namespace, selector in pools.items():
+        try:
+            selectors.validate(selector, f"host pool {namespace}")
+            usable[namespace] = selector
+        except selectors.SelectorError:
+            usable[namespace] = None  # the tenant step validates it: one that cannot be read admits nothing
+    return usable
+
+
+def in_host_pool(host: dict, pools: dict | None) -> bool:
+    """Whether host_pools let a claim of the namespace have the host: a pool's selector narrows its infra namespace;
+    the infra namespaces without one are not narrowed; "*" (an unreadable annotation) narrows all of them to nothing."""
+    if pools is None:
+        return True
+    if "*" in pools:
+        return False
+    meta = host.get("metadata") or {}
+    namespace = meta.get("namespace", "")
+    if namespace not in pools:
+        return True
+    return pools[namespace] is not None and selectors.matches(pools[namespace], meta.get("labels"))
 
 
 def binding_verdict(namespace_annotations: dict | None, claim_uid: str) -> tuple[bool, str] | None:
