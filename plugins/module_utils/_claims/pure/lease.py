@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import tenancy
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import admitting
 
 LEASE = "Lease"  # the condition type
 # Reasons (the tenant guide lists them).
@@ -176,16 +177,9 @@ def caps(policies: list[dict], decisions) -> dict:
     """{infra namespace: its cap in seconds, or None for no cap} over the namespaces the policies admit (decisions:
     _claims/pure/policy.py evaluate_policies' second value). A namespace is uncapped when any policy of it that
     admits the claim's namespace has no cap; else its cap is the largest."""
-    by_ref = {
-        f"{(p.get('metadata') or {}).get('namespace', '')}/{(p.get('metadata') or {}).get('name', '')}": p
-        for p in policies
-    }
     found: dict = {}
-    for decision in decisions:
-        if not decision.admitted:
-            continue
-        cap = policy_cap(by_ref.get(decision.policy) or {})
-        namespace = decision.infra_namespace
+    for namespace, policy in admitting(policies, decisions):
+        cap = policy_cap(policy)
         if namespace in found and (found[namespace] is None or cap is None):
             found[namespace] = None
         elif namespace in found:

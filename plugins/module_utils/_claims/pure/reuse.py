@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import lease
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import admitting
 
 HOLD_ANNOTATION = "metalclaim.io/reuse-hold"
 NODE_REUSE = "NodeReuse"  # the condition type
@@ -79,21 +80,15 @@ def policy_offer(policy: dict) -> Offer | None:
 def offers(policies: list[dict], decisions) -> dict:
     """{infra namespace: Offer} over the namespaces whose admitting policies offer node reuse (decisions:
     policy.evaluate_policies' second value): the longest hold; clean when any of them cleans."""
-    by_ref = {
-        f"{(p.get('metadata') or {}).get('namespace', '')}/{(p.get('metadata') or {}).get('name', '')}": p
-        for p in policies
-    }
     found: dict = {}
-    for decision in decisions:
-        if not decision.admitted:
-            continue
-        offer = policy_offer(by_ref.get(decision.policy) or {})
+    for namespace, policy in admitting(policies, decisions):
+        offer = policy_offer(policy)
         if offer is None:
             continue
-        before = found.get(decision.infra_namespace)
+        before = found.get(namespace)
         if before is not None:
             offer = Offer(max(before.hold, offer.hold), before.clean or offer.clean)
-        found[decision.infra_namespace] = offer
+        found[namespace] = offer
     return found
 
 

@@ -54,11 +54,23 @@ def namespace_rule(policy: dict) -> dict | None:
     return present[0]
 
 
+def policy_ref(policy: dict) -> str:
+    """A policy as decisions name it: <infra namespace>/<name>."""
+    meta = policy.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def admitting(policies: list[dict], decisions: list[PolicyDecision]) -> list[tuple[str, dict]]:
+    """(infra namespace, policy) for each policy that admitted the namespace (decisions: evaluate_policies' second
+    value), in the decisions' order: what a cap or an offer of the policies is read from."""
+    by_ref = {policy_ref(policy): policy for policy in policies}
+    return [(d.infra_namespace, by_ref.get(d.policy) or {}) for d in decisions if d.admitted]
+
+
 def evaluate_policy(policy: dict, namespace: str, namespace_labels: dict | None) -> PolicyDecision:
     """Decide whether one policy admits claims from `namespace` (whose labels are given)."""
-    meta = policy.get("metadata") or {}
-    infra_namespace = meta.get("namespace", "")
-    ref = f"{infra_namespace}/{meta.get('name', '')}"
+    infra_namespace = (policy.get("metadata") or {}).get("namespace", "")
+    ref = policy_ref(policy)
 
     def decision(admitted: bool, reason: str, message: str) -> PolicyDecision:
         return PolicyDecision(ref, infra_namespace, admitted, reason, message)
