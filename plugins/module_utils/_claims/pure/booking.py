@@ -30,7 +30,7 @@ import functools
 import json
 from dataclasses import dataclass, field
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import lease
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import lease, reuse
 
 ANNOTATION = "metalclaim.io/bookings"  # on a BareMetalHost: its accepted bookings
 # Lease condition and Association reasons (the tenant guide lists them).
@@ -201,11 +201,23 @@ def bookable(host: dict) -> bool:
     )
 
 
-def free_for(window: Window, host: dict, found: list[Entry], claims_by_key: dict, now, uid: str = "") -> bool:
-    """Whether `host` (its bookings `found`) is free for `window`, bookings of claim `uid` aside."""
-    held = holding(host, claims_by_key, now)
-    if held is not None and held.overlaps(window):
-        return False
+def held_for_reuse(host: dict, claim: dict | None, now: datetime.datetime) -> Window | None:
+    """When a node-reuse hold (_claims/pure/reuse.py) keeps the host from `claim`: [now, the hold's end), unless the
+    claim is one the hold waits for (its namespace and key). None: no hold, or the claim's own."""
+    hold = reuse.hold_of(host)
+    if hold is None or (claim is not None and reuse.may_take(host, claim, now)):
+        return None
+    return Window(now, max(now, hold.until))
+
+
+def free_for(
+    window: Window, host: dict, found: list[Entry], claims_by_key: dict, now, uid: str = "", claim: dict | None = None
+) -> bool:
+    """Whether `host` (its bookings `found`) is free for `window`, bookings of claim `uid` aside: not held by its
+    consumer, nor by a node-reuse hold for others than `claim`, while the window runs."""
+    for held in (holding(host, claims_by_key, now), held_for_reuse(host, claim, now)):
+        if held is not None and held.overlaps(window):
+            return False
     return not any(e.window.overlaps(window) for e in found if e.uid != uid)
 
 
@@ -365,7 +377,7 @@ def plan(
             host = by_key.get(host_key)
             if host is None or kept.get(host_key) is None or not bookable(host):
                 continue
-            if free_for(window, host, kept[host_key], claims_by_key, now, uid):
+            if free_for(window, host, kept[host_key], claims_by_key, now, uid, claim):
                 chosen = host_key
                 break
         if chosen is None:

@@ -4,7 +4,7 @@ import datetime
 import json
 
 import pytest
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, booking, lease
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, booking, lease, reuse
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.outcomes import claim_outcomes
 
 T0 = datetime.datetime(2030, 1, 1, 10, 0, 0, tzinfo=datetime.UTC)
@@ -227,3 +227,15 @@ def test_a_passed_window_alone_is_no_reason_to_write_a_host():
     assert booking.plan([done, later], [h1], every([h1]), T0).writes == {}
     gone = host("h1", [entry(done, -100, -50), entry(claim("gone"), 100, 150)])
     assert booking.plan([done], [gone], every([gone]), T0, gone={"u-gone"}).writes == {("infra", "h1"): None}
+
+
+def test_a_host_held_for_node_reuse_is_booked_only_by_the_holds_own_claims_while_it_lasts():
+    released = claim("released", created=0, nodeReuse={"key": "md-0"})
+    held = reuse.held(host("h1"), released, reuse.Offer(600, True), T0)[0]  # kept until at(600) for t/md-0
+    other = claim("other", start=100, duration=100, created=1)
+    planned = booking.plan([other], [held], every([held]), T0)
+    assert where(planned) == {"other": ("conflict", None)}  # its window overlaps the hold: never the held host
+    after_hold = claim("after", start=700, duration=100, created=2)
+    assert where(booking.plan([after_hold], [held], every([held]), T0)) == {"after": ("booked", "h1")}
+    same_key = claim("next", start=100, duration=100, created=3, nodeReuse={"key": "md-0"})
+    assert where(booking.plan([same_key], [held], every([held]), T0)) == {"next": ("booked", "h1")}
