@@ -14,10 +14,10 @@ description:
     and never write.
   - Its status lists classes of hosts - the values of the host labels the admitting policies list in
     C(spec.catalog.publicLabels) (their union) - each with C(total), C(free) (a claim could bind it now), C(bound) (a
-    HostClaim holds it) and C(booked) (accepted bookings ahead, C(spec.lease.start), on its hosts whose start is to come), the
-    totals, a one-line C(summary) and a C(Ready) condition. The hosts counted are those of the infra namespaces of
-    those policies, narrowed as the namespace's claims are (the tenant's host pools; hosts reserved for another
-    tenant are left out).
+    HostClaim holds it) and C(booked) (accepted bookings ahead, C(spec.lease.start), on its hosts whose start is to
+    come), the totals, a one-line C(summary) and a C(Ready) condition. The hosts counted are those of the infra
+    namespaces of those policies, narrowed as the namespace's claims are (the tenant's host pools; hosts reserved for
+    another tenant are left out).
   - A catalog never holds a host's name, namespace, BMC address or boot MAC; a public label whose value is one of those
     is shown as C(HIDDEN) and the Ready condition's reason is C(ValuesHidden).
   - The status is written only when a count or the condition changed (C(lastUpdated) is when that happened); a

@@ -82,7 +82,7 @@ GROUPS = {
     CLAIM: Group("reconcile", "hostclaim_reconcile", "claims_list", in_process=True, standby=True),
     REMOTE: Group("remote", "hostclaim_remote", "remote_claims", options=_remote_options),
     CLAIMSET: Group("claimsets", "hostclaimset_reconcile", "claimsets_list"),
-    CATALOG: Group("catalog", "hostclaim_catalog", "catalogs_list"),
+    CATALOG: Group("catalog", "hostclaim_catalog", "catalog_list"),
     TENANT: Group("tenant", "tenant_reconcile", "tenancy_names", by_name=True, options=_tenant_options),
     HOST: Group("provision", "bmh_redfish", "provisioner_hosts", options=_provision_options),
 }
