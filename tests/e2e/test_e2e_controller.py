@@ -14,6 +14,7 @@ If the VM environment cannot start, every test fails with the reason: never a sk
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 import types
@@ -52,6 +53,9 @@ DEPLOY_TIMEOUT = 300 + 150 * VMS
 # The fault test's callback timeout: the deploy ISO boots and writes within ~40 s here, the writer gives up
 # calling back after ~60 s of attempts; the default (1800 s) would make the test wait half an hour.
 FAULT_CALLBACK_TIMEOUT = 120
+# A booking's start ahead of its creation, and its lease: the deploy (about a minute for one VM here) fits in it.
+BOOKING_LEAD = 20
+BOOKED_LEASE = 180
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +166,12 @@ def claim_condition(api, claim: str, kind: str) -> dict:
     claim_object = read(api, "HostClaim", TENANT, claim, TENANT_NAMESPACE) or {}
     conditions = (claim_object.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == kind), {})
+
+
+def condition_once(api, claim: str, kind: str, **expected) -> dict | None:
+    """The claim's condition of that type once its fields have the expected values, else None."""
+    condition = claim_condition(api, claim, kind)
+    return condition if all(condition.get(field) == value for field, value in expected.items()) else None
 
 
 def claim_error(api, claim: str) -> dict:
@@ -347,6 +357,120 @@ def test_deleting_the_claims_deprovisions_with_metadata_cleaning_back_to_availab
         assert found["status"]["poweredOn"] is False and not found["status"].get("errorType"), found["status"]
         disk = Path(vm_of(env, host)["disk"])
         assert signatures(disk) == "" and partition_table(disk) is None, signatures(disk)
+
+
+def parse_time(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def server_time(created: dict) -> datetime.datetime:
+    """An object's creationTimestamp: the API server's clock, which the controller's runs read as well."""
+    return parse_time(created["metadata"]["creationTimestamp"])
+
+
+def rfc3339(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_booked_claim_binds_at_its_start_provisions_and_its_lease_end_cleans_the_vm(env, api, controller, images):
+    """As the tenant: a claim booked BOOKING_LEAD seconds ahead for a lease of BOOKED_LEASE seconds. Until its start
+    it is booked (no host shown, none consumed); at its start it binds (server times: the Association condition's
+    transition against spec.lease.start) and deploys; at its lease's end the host goes back as a deleted claim's does:
+    powered off, its disk cleaned, available; the claim stays, LeaseExpired."""
+    host = host_name(0)
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "booked-userdata", "namespace": TENANT_NAMESPACE},
+    }
+    made = api("Secret", TENANT, "v1").create(body={**secret, "stringData": {"userData": user_data(77)}}).to_dict()
+    start = server_time(made) + datetime.timedelta(seconds=BOOKING_LEAD)
+    watch = SerialWatch(Path(vm_of(env, host)["serial_log"]), (*DEPLOY_MILESTONES, CLEANED_MILESTONE))
+    api("HostClaim", TENANT).create(
+        body={
+            "apiVersion": METAL3,
+            "kind": "HostClaim",
+            "metadata": {"name": "booked", "namespace": TENANT_NAMESPACE},
+            "spec": {
+                "online": True,
+                "image": images["image"],
+                "userData": {"name": "booked-userdata"},
+                "lease": {"start": rfc3339(start), "duration": f"{BOOKED_LEASE}s"},
+            },
+        }
+    )
+    booked = eventually(
+        lambda: (read(api, "HostClaim", TENANT, "booked", TENANT_NAMESPACE).get("status") or {}).get("booking"),
+        timeout=30,
+        message=f"the claim booked\n{controller.output()}",
+    )
+    assert parse_time(booked["start"]) == start, booked
+    claim = read(api, "HostClaim", TENANT, "booked", TENANT_NAMESPACE)
+    assert host not in str(claim) and INFRA_NAMESPACE not in str(claim), claim["status"]  # the tenant learns no host
+    assert claim_host(api, "booked") is None  # booked, not bound: the host is nobody's yet
+    association = eventually(
+        lambda: condition_once(api, "booked", "Association", status="True"),
+        timeout=BOOKING_LEAD + 60,
+        interval=0.5,
+        message=f"bound at its start\n{controller.output()}",
+    )
+    bound_seen = time.monotonic()
+    bound_at = parse_time(association["lastTransitionTime"])
+    late = (bound_at - start).total_seconds()
+    env.state["phases"].record("booked claim: start -> bound (server times, 1 s steps)", bound_seen - late, bound_seen)
+    assert 0 <= late <= 5, (association, rfc3339(start))  # never before its start; then the next run
+    assert claim_host(api, "booked") == host
+    eventually(
+        lambda: claim_condition(api, "booked", "Provisioned").get("status") == "True",
+        timeout=DEPLOY_TIMEOUT,
+        interval=1,
+        message=f"the booked claim Provisioned\n{read(api, 'BareMetalHost', 'infra', host, INFRA_NAMESPACE)}\n"
+        f"{read(api, 'HostClaim', TENANT, 'booked', TENANT_NAMESPACE)}\n{controller.output()}",
+    )
+    env.state["phases"].record("booked claim: bound -> Provisioned=True", bound_seen)
+    lease = read(api, "HostClaim", TENANT, "booked", TENANT_NAMESPACE)["status"]["lease"]
+    end = parse_time(lease["end"])
+    assert end == start + datetime.timedelta(seconds=BOOKED_LEASE), lease  # counted from the booked start
+    expired = eventually(
+        lambda: condition_once(api, "booked", "Lease", reason="LeaseExpired"),
+        timeout=BOOKED_LEASE + 60,
+        interval=0.5,
+        message=f"the lease expired\n{controller.output()}",
+    )
+    expired_seen = time.monotonic()
+    expired_at = parse_time(expired["lastTransitionTime"])
+    expiry = (expired_at - end).total_seconds()
+    env.state["phases"].record(
+        "booked claim: lease end -> LeaseExpired (server times)", expired_seen - expiry, expired_seen
+    )
+    assert 0 <= expiry <= 5, (expired, lease)
+
+    def released() -> bool:
+        found = read(api, "BareMetalHost", "infra", host, INFRA_NAMESPACE)
+        return not found["spec"].get("consumerRef") and host_state(api, host) == "available"
+
+    eventually(
+        released,
+        timeout=DEPLOY_TIMEOUT,
+        interval=1,
+        message=f"released at the lease's end\n{host_status(api, host)}\n{controller.output()}",
+    )
+    env.state["phases"].record("booked claim: lease expired -> host cleaned, off, available", expired_seen)
+    seen = watch.stop()
+    assert "cleaned" in seen, sorted(seen)  # the deploy ISO wiped the disk
+    found = read(api, "BareMetalHost", "infra", host, INFRA_NAMESPACE)
+    cleaned = next(c for c in found["status"]["conditions"] if c["type"] == "Cleaned")
+    assert cleaned["status"] == "True" and cleaned["reason"] == "MetadataCleaned", cleaned
+    assert found["status"]["poweredOn"] is False and not found["status"].get("errorType"), found["status"]
+    disk = Path(vm_of(env, host)["disk"])
+    assert signatures(disk) == "" and partition_table(disk) is None, signatures(disk)
+    assert claim_condition(api, "booked", "Lease").get("reason") == "LeaseExpired"  # it stays, for the tenant
+    api("HostClaim", TENANT).delete(name="booked", namespace=TENANT_NAMESPACE)  # the tenant reads it, then goes
+    eventually(
+        lambda: read(api, "HostClaim", TENANT, "booked", TENANT_NAMESPACE) is None,
+        timeout=60,
+        message=f"the expired claim deleted\n{controller.output()}",
+    )
 
 
 def test_the_media_server_down_during_a_deploy_is_an_error_retried_after_backoff_until_provisioned(
