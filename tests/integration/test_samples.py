@@ -25,7 +25,7 @@ from metalclaim_dev.support import REPO_ROOT
 pytestmark = pytest.mark.integration
 SAMPLES = REPO_ROOT / "config" / "samples"
 # Who applies each kind, as docs/infra-guide.md and docs/tenant-guide.md say.
-IDENTITY = {"HostDeployPolicy": "infra", "Secret": "tenant-a", "HostClaim": "tenant-a"}
+IDENTITY = {"HostDeployPolicy": "infra", "Secret": "tenant-a", "HostClaim": "tenant-a", "HostClaimSet": "tenant-a"}
 
 
 def _samples() -> dict[str, dict]:
@@ -65,8 +65,9 @@ def test_every_sample_is_accepted_as_written_by_its_identity(devenv, rack):
 
 
 def test_the_samples_bind_a_host_and_copy_the_user_data(devenv, rack, tmp_path: Path):
-    samples = {s["kind"]: copy.deepcopy(s) for s in _samples().values()}
-    policy, secret, claim = samples["HostDeployPolicy"], samples["Secret"], samples["HostClaim"]
+    samples = {name: copy.deepcopy(s) for name, s in _samples().items()}
+    policy, secret = samples["hostdeploypolicy.yaml"], samples["userdata_secret.yaml"]
+    claim = samples["hostclaim.yaml"]
     assert policy["spec"]["hostclaimNamespaces"]["names"] == [claim["metadata"]["namespace"]] == [TENANT_A]
     # The rack stands in for the sample's infrahost (the devenv's fleet there is not taken from `available`).
     policy["metadata"]["namespace"] = rack.namespace
