@@ -128,7 +128,7 @@ matrix: build
 	bash hack/ansible-matrix.sh $(ANSIBLE_MATRIX)
 
 molecule: setup controlplane
-	$(VENV)/bin/molecule test --all  # molecule/*: default (the install role), hosts, policy, claims
+	$(VENV)/bin/molecule test --all  # molecule/*: default (the install role), hosts, policy, claims, claimsets
 
 test: test-packages lint galaxy-check sanity matrix controlplane molecule
 	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=25 tests/unit tests/integration
