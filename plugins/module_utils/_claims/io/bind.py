@@ -28,11 +28,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures, lease, reuse
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.booking import REASONS as BOOKED
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import locked_claim
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     hosts_held,
     max_bound_hosts,

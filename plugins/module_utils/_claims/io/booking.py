@@ -22,10 +22,10 @@ import json
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io import leases
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_metadata
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, booking, lease
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
     SelectorError,
     matches,

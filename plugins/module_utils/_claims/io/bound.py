@@ -31,7 +31,6 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.ru
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import ERROR
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, limits
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import copy_rules
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
     SYNCED,
     annotations_with_records,
@@ -52,6 +51,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metadata import CopyRules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 
 SECRETS = "secrets"
 SYNC = "sync"

@@ -13,8 +13,8 @@ import weakref
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_metadata
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, lease
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import expiry_verdict
 
 _DECISIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # run -> {claim key: (Decision, own hosts)}

@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import (
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import (
     evaluate_policies,
     refusal_message,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 
 
 def check_namespace(kube, namespace: str, claim_name: str | None, infra_namespaces: list[str] | None) -> dict:

@@ -14,10 +14,10 @@ from __future__ import annotations
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.leases import now_of
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_labels
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, reuse
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 
 
 def offer_for(run, claim: dict, infra_namespace: str) -> reuse.Offer | None:

@@ -175,7 +175,7 @@ def _whose(cap: int, tenant: int | None, where: str) -> str:
 
 def caps(policies: list[dict], decisions) -> dict:
     """{infra namespace: its cap in seconds, or None for no cap} over the namespaces the policies admit (decisions:
-    _claims/pure/policy.py evaluate_policies' second value). A namespace is uncapped when any policy of it that
+    _common/pure/policy.py evaluate_policies' second value). A namespace is uncapped when any policy of it that
     admits the claim's namespace has no cap; else its cap is the largest."""
     found: dict = {}
     for namespace, policy in admitting(policies, decisions):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policy
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metadata import KINDS, CopyRules
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policy
 
 
 def compile_metadata_copy(policy: dict) -> tuple[dict, str]:

@@ -5,7 +5,7 @@ import datetime
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, lease
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.outcomes import claim_outcomes
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.status import desired_status
 
 T0 = datetime.datetime(2030, 1, 1, 10, 0, 0, tzinfo=datetime.UTC)

@@ -5,9 +5,9 @@ import json
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, reuse
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.release import scrubbed_spec
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import IN_USE_ANNOTATION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 
 T0 = datetime.datetime(2030, 1, 1, 10, 0, 0, tzinfo=datetime.UTC)
 

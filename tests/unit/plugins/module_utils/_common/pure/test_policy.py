@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import policy
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import policy
 
 
 def hdp(name: str, rule: dict | None, namespace: str = "infrahost", field: str = "hostclaimNamespaces") -> dict:
