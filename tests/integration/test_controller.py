@@ -73,32 +73,39 @@ def test_a_host_becoming_available_binds_a_waiting_claim(controller, rack):
 
 
 def test_a_claim_gone_runs_again_only_while_a_host_still_names_it(controller, rack, clients):
+    # Names of their own: Events outlive the claims, and other files count those of "c1" in the shared namespace.
     rack.policy()
     rack.host("h1")
-    rack.claim("c1")
-    eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 associated\n{controller.output()}")
+    rack.claim("gone-a")
+    eventually(
+        lambda: associated(rack, "gone-a"), timeout=REACTION, message=f"gone-a associated\n{controller.output()}"
+    )
     claims = rack.api("admin", "HostClaim")
     fence(controller, rack, "fence0")  # the binding run logged
     # Released the usual way: one run for the deletion; the claim going (our finalizer's removal) causes none.
-    runs = runs_of(controller, f"claim/{TENANT_A}/c1")
-    claims.delete(name="c1", namespace=TENANT_A)
-    eventually(lambda: "c1" not in claim_names(claims), timeout=REACTION, message="c1 gone")
+    runs = runs_of(controller, f"claim/{TENANT_A}/gone-a")
+    claims.delete(name="gone-a", namespace=TENANT_A)
+    eventually(lambda: "gone-a" not in claim_names(claims), timeout=REACTION, message="gone-a gone")
     fence(controller, rack, "fence1")
-    assert runs_of(controller, f"claim/{TENANT_A}/c1") == runs + 1, controller.output()
+    assert runs_of(controller, f"claim/{TENANT_A}/gone-a") == runs + 1, controller.output()
     assert not rack.read_host("h1")["spec"].get("consumerRef")
     # Its finalizer stripped by an admin while bound: the host still names the claim gone, and is given back.
-    rack.claim("c2", hostSelector={"matchLabels": {"infra-kind": rack.kind}})
-    eventually(lambda: associated(rack, "c2"), timeout=REACTION, message=f"c2 associated\n{controller.output()}")
+    rack.claim("gone-b", hostSelector={"matchLabels": {"infra-kind": rack.kind}})
+    eventually(
+        lambda: associated(rack, "gone-b"), timeout=REACTION, message=f"gone-b associated\n{controller.output()}"
+    )
     host = next(
-        h for h in ("h1", "fence1-host") if rack.read_host(h)["spec"].get("consumerRef", {}).get("name") == "c2"
+        h
+        for h in ("h1", "fence0-host", "fence1-host")
+        if rack.read_host(h)["spec"].get("consumerRef", {}).get("name") == "gone-b"
     )
     claims.patch(
-        name="c2",
+        name="gone-b",
         namespace=TENANT_A,
         body={"metadata": {"finalizers": None}},
         content_type="application/merge-patch+json",
     )
-    claims.delete(name="c2", namespace=TENANT_A)
+    claims.delete(name="gone-b", namespace=TENANT_A)
     eventually(
         lambda: not rack.read_host(host)["spec"].get("consumerRef"),
         timeout=REACTION,

@@ -30,8 +30,17 @@ def options(rack) -> list[str]:
 @pytest.fixture
 def controller(devenv, rack, tmp_path):
     process = ControllerProcess(devenv, tmp_path / "first", *options(rack))
-    yield process
-    process.stop()
+    try:
+        # Its standby run warm first: these tests time the claim layer's reactions, not the process's start (which a
+        # loaded CI machine once stretched past REACTION).
+        eventually(
+            lambda: process.metric("metalclaim_standby_ready") == 1,
+            timeout=90,
+            message=f"the standby run ready\n{process.output()}",
+        )
+        yield process
+    finally:
+        process.stop()
 
 
 def capped_policy(rack, cap: str) -> None:
