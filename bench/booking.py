@@ -30,33 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from metalclaim_dev import bench  # noqa: F401 (puts the collection on sys.path)
-from metalclaim_dev.claimlayer import TENANT_A, Rack
+from metalclaim_dev.claimlayer import TENANT_A, Rack, parse_time, stamp
 from metalclaim_dev.controllerproc import ControllerProcess, claim_side
 from metalclaim_dev.devenv.env import Devenv
 from metalclaim_dev.support import clients_of
 
 WRITES = ("create", "replace", "patch", "delete")
-
-
-def stamp(moment: datetime.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse(text) -> datetime.datetime:
-    if isinstance(text, datetime.datetime):
-        return text.astimezone(datetime.UTC)
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def server_now(rack: Rack) -> datetime.datetime:
-    made = rack.api("admin", "ConfigMap", "v1").create(
-        body={
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"generateName": "clock-", "namespace": rack.namespace},
-        }
-    )
-    return parse(made.metadata.creationTimestamp)
 
 
 def one_run(env: Devenv, wanted: list[dict], at: datetime.datetime) -> tuple[float, dict]:
@@ -76,7 +55,7 @@ def run_scenario(env: Devenv, clients, bookings: int, hosts: int) -> dict:
     try:
         rack.policy()
         rack.add_hosts(hosts)
-        t0 = server_now(rack)
+        t0 = rack.server_now()
         chance = random.Random(26)
 
         def create(index: int) -> None:
@@ -128,7 +107,7 @@ def latency_scenario(env: Devenv, clients, samples: int, work: Path) -> dict:
         rack.add_hosts(samples)
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        t0 = server_now(rack)
+        t0 = rack.server_now()
         starts = {f"lat{i}": t0 + datetime.timedelta(seconds=15 + 8 * i) for i in range(samples)}
         for name, start in starts.items():
             rack.claim(name, lease={"start": stamp(start), "duration": "10m"})
@@ -139,7 +118,7 @@ def latency_scenario(env: Devenv, clients, samples: int, work: Path) -> dict:
             found = rack.api("admin", "Event", "v1").get(namespace=TENANT_A, field_selector="reason=Bound")
             for event in found.items:
                 if uids.get(event.involvedObject.name) == event.involvedObject.uid:
-                    events[event.involvedObject.name] = parse(event.metadata.creationTimestamp)
+                    events[event.involvedObject.name] = parse_time(event.metadata.creationTimestamp)
             time.sleep(0.5)
         stop.set()
         server = sorted((events[n] - starts[n]).total_seconds() for n in events)

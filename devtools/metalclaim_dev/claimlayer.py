@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,6 +16,18 @@ TENANT_B = "tenant-b"
 # A host at rest as its provisioner reports it: available, healthy, powered off.
 IDLE_STATUS = {"provisioning": {"state": "available"}, "operationalStatus": "OK", "poweredOn": False}
 METAL3 = "metal3.io/v1alpha1"
+
+
+def stamp(moment: datetime.datetime) -> str:
+    """An RFC 3339 time in whole seconds, as the API server writes them (and as spec.lease takes them)."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text) -> datetime.datetime:
+    """A time the API server wrote (RFC 3339 text, or the client's datetime), in UTC."""
+    if isinstance(text, datetime.datetime):
+        return text.astimezone(datetime.UTC)
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 class Rack:
@@ -123,6 +136,18 @@ class Rack:
             }
         )
         return {"name": unique}
+
+    def server_now(self) -> datetime.datetime:
+        """The API server's time, as it wrote it on a fresh object (whole seconds): tests and benches that place
+        windows in time read no clock of their own."""
+        made = self.api("admin", "ConfigMap", "v1").create(
+            body={
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"generateName": "clock-", "namespace": self.namespace},
+            }
+        )
+        return parse_time(made.metadata.creationTimestamp)
 
     def read_claim(self, name: str, namespace: str = TENANT_A) -> dict:
         return self.api("admin", "HostClaim").get(name=name, namespace=namespace).to_dict()

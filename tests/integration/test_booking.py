@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import booking
 
-from metalclaim_dev.claimlayer import TENANT_A, Rack
+from metalclaim_dev.claimlayer import TENANT_A, Rack, parse_time, stamp
 from metalclaim_dev.controllerproc import ControllerProcess, claim_side
 from metalclaim_dev.support import eventually
 
@@ -43,16 +43,6 @@ LENGTHS = (3, 4)  # windows of 3 or 4 STEPs: longer than a run on a loaded machi
 LATENCY = 20
 
 
-def stamp(moment: datetime.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse(text) -> datetime.datetime:
-    if isinstance(text, datetime.datetime):
-        return text.astimezone(datetime.UTC)
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 @pytest.fixture(scope="module")
 def fleet(devenv, clients, tmp_path_factory):
     """A rack of 10 hosts, a policy, and two claim-side controllers serving it (no leader election)."""
@@ -70,17 +60,6 @@ def fleet(devenv, clients, tmp_path_factory):
     rack.cleanup()
 
 
-def server_now(rack) -> datetime.datetime:
-    made = rack.api("admin", "ConfigMap", "v1").create(
-        body={
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"generateName": "clock-", "namespace": rack.namespace},
-        }
-    )
-    return parse(made.metadata.creationTimestamp)
-
-
 def lease_reason(claim: dict) -> str:
     conditions = (claim.get("status") or {}).get("conditions") or []
     return next((c["reason"] for c in conditions if c["type"] == "Lease"), "")
@@ -88,7 +67,7 @@ def lease_reason(claim: dict) -> str:
 
 def test_fifty_bookings_over_ten_hosts_never_double_book_and_bind_at_their_start(fleet):
     rack, controllers = fleet
-    t0 = server_now(rack)
+    t0 = rack.server_now()
     chance = random.Random(26)
     windows = {}
     for index in range(BOOKINGS):
@@ -129,13 +108,13 @@ def test_fifty_bookings_over_ten_hosts_never_double_book_and_bind_at_their_start
     booked_on = {}  # claim -> host, from the hosts themselves
     for host in hosts:
         listed = json.loads((host["metadata"].get("annotations") or {}).get(booking.ANNOTATION) or "[]")
-        spans = sorted((parse(e["start"]), parse(e["end"]), e["name"]) for e in listed)
+        spans = sorted((parse_time(e["start"]), parse_time(e["end"]), e["name"]) for e in listed)
         for (_s, end, first), (start, _e, second) in itertools.pairwise(spans):
             assert end <= start, f"{host['metadata']['name']} booked twice: {first} and {second}"
         for entry in listed:
             assert entry["name"] not in booked_on, f"{entry['name']} booked on two hosts"
             booked_on[entry["name"]] = host["metadata"]["name"]
-            assert (parse(entry["start"]), parse(entry["end"])) == windows[entry["name"]]
+            assert (parse_time(entry["start"]), parse_time(entry["end"])) == windows[entry["name"]]
     accepted = {c["metadata"]["name"] for c in items if lease_reason(c) == booking.BOOKED}
     assert accepted == set(booked_on)
     assert 0 < len(accepted) < BOOKINGS  # the windows overlap: some fit, some do not
@@ -163,7 +142,7 @@ def test_fifty_bookings_over_ten_hosts_never_double_book_and_bind_at_their_start
         events = rack.api("admin", "Event", "v1").get(namespace=TENANT_A, field_selector="reason=Bound")
         for event in events.items:
             if uids.get(event.involvedObject.name) == event.involvedObject.uid:  # this claim's, not a namesake's
-                bound[event.involvedObject.name] = (parse(event.metadata.creationTimestamp), event.message)
+                bound[event.involvedObject.name] = (parse_time(event.metadata.creationTimestamp), event.message)
         return accepted <= set(bound)
 
     wait = (last_start - t0).total_seconds() - (decided_at - t0.timestamp()) + 15
@@ -181,7 +160,7 @@ def test_fifty_bookings_over_ten_hosts_never_double_book_and_bind_at_their_start
         lateness[name] = (when - windows[name][0]).total_seconds()
         assert message.endswith(f"/{booked_on[name]}"), (name, message, booked_on[name])
         lease = claims.get(name=name, namespace=TENANT_A).to_dict()["status"]["lease"]
-        woken[name] = (parse(lease["start"]) - windows[name][0]).total_seconds()
+        woken[name] = (parse_time(lease["start"]) - windows[name][0]).total_seconds()
     wall = sorted(bound_seen[n] - windows[n][0].timestamp() for n in accepted if n in bound_seen)
     print(
         f"\n{len(accepted)} of {BOOKINGS} bookings accepted over {HOSTS} hosts"

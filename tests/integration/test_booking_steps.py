@@ -22,15 +22,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import Kube
 from kubernetes.client.exceptions import ApiException
 
-from metalclaim_dev.claimlayer import TENANT_A, condition
+from metalclaim_dev.claimlayer import TENANT_A, condition, parse_time, stamp
 
 pytestmark = pytest.mark.integration
 
 WRITES = ("create", "replace", "patch", "delete")
-
-
-def stamp(moment: datetime.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def reconcile(devenv, rack, at: datetime.datetime, claims: list | None = None) -> dict:
@@ -42,24 +38,6 @@ def reconcile(devenv, rack, at: datetime.datetime, claims: list | None = None) -
 
 def writes(result: dict) -> int:
     return sum(n for verb, n in result["api_calls"].items() if verb in WRITES)
-
-
-def server_now(rack) -> datetime.datetime:
-    """The API server's time, as it wrote it on a fresh object (whole seconds)."""
-    made = rack.api("admin", "ConfigMap", "v1").create(
-        body={
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"generateName": "clock-", "namespace": rack.namespace},
-        }
-    )
-    return parse(made.metadata.creationTimestamp)
-
-
-def parse(text) -> datetime.datetime:
-    if isinstance(text, datetime.datetime):
-        return text.astimezone(datetime.UTC)
-    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def book(rack, name: str, start: datetime.datetime, seconds: int, **spec) -> None:
@@ -92,7 +70,7 @@ def test_first_come_first_served_then_idempotent_then_bound_at_the_start(devenv,
     rack.policy()
     rack.host("h1")
     rack.host("h2")
-    t0 = server_now(rack)
+    t0 = rack.server_now()
     at = t0 + datetime.timedelta(seconds=100)
     book(rack, "a", at, 100)  # [100, 200)
     time.sleep(1.05)  # three creation seconds: the order is the API server's, not the uids'
@@ -138,7 +116,7 @@ def test_claims_without_a_lease_block_a_window_and_never_take_a_booked_host(deve
     rack.policy()
     rack.host("h1")
     rack.host("h2")
-    t0 = server_now(rack)
+    t0 = rack.server_now()
     book(rack, "ahead", t0 + datetime.timedelta(seconds=300), 60)
     reconcile(devenv, rack, t0)
     booked = next(h for h, found in bookings(rack).items() if found)
@@ -164,7 +142,7 @@ def test_concurrent_runs_never_book_twice_and_agree_with_the_order(devenv, rack)
     rack.policy()
     for index in range(3):
         rack.host(f"h{index}")
-    t0 = server_now(rack)
+    t0 = rack.server_now()
     names = [f"b{index:02d}" for index in range(24)]
     for index, name in enumerate(names):  # windows of 40 s, starts 10 s apart: each overlaps three others
         book(rack, name, t0 + datetime.timedelta(seconds=100 + 10 * (index % 12)), 40)
@@ -188,7 +166,7 @@ def test_concurrent_runs_never_book_twice_and_agree_with_the_order(devenv, rack)
     entries = [(host, *entry) for host, listed in found.items() for entry in listed]
     assert len({e[1] for e in entries}) == len(entries), "a claim booked twice"
     for host, listed in found.items():
-        windows = sorted((parse(s), parse(e)) for _n, s, e in listed)
+        windows = sorted((parse_time(s), parse_time(e)) for _n, s, e in listed)
         for (_s1, end), (start, _e2) in itertools.pairwise(windows):
             assert end <= start, f"{host}: overlapping bookings {listed}"
     # The same decisions as one run deciding them all in order (every claim existed before the runs).
@@ -220,7 +198,7 @@ def test_the_api_server_refuses_a_start_without_a_window(rack):
 def test_a_tenant_can_neither_forge_a_booking_nor_read_where_it_is(devenv, rack):
     rack.policy()
     rack.host("h1")
-    t0 = server_now(rack)
+    t0 = rack.server_now()
     book(rack, "mine", t0 + datetime.timedelta(seconds=300), 60)
     reconcile(devenv, rack, t0)
     assert lease_reason(rack, "mine") == "Booked"
