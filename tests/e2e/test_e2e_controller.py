@@ -56,6 +56,9 @@ FAULT_CALLBACK_TIMEOUT = 120
 # A booking's start ahead of its creation, and its lease: the deploy (about a minute for one VM here) fits in it.
 BOOKING_LEAD = 20
 BOOKED_LEASE = 180
+# Seconds from a booking's start (a lease's end) to the run acting on it, in server time: one run of the claim side
+# (no standby run here; 3-5 s measured on a VM host under TCG). The claim layer's own latency is test_lease.py's.
+NEXT_RUN = 15
 
 
 @pytest.fixture(scope="module")
@@ -418,7 +421,7 @@ def test_a_booked_claim_binds_at_its_start_provisions_and_its_lease_end_cleans_t
     bound_at = parse_time(association["lastTransitionTime"])
     late = (bound_at - start).total_seconds()
     env.state["phases"].record("booked claim: start -> bound (server times, 1 s steps)", bound_seen - late, bound_seen)
-    assert 0 <= late <= 5, (association, rfc3339(start))  # never before its start; then the next run
+    assert 0 <= late <= NEXT_RUN, (association, rfc3339(start))  # never before its start; then the next run
     assert claim_host(api, "booked") == host
     eventually(
         lambda: claim_condition(api, "booked", "Provisioned").get("status") == "True",
@@ -443,7 +446,7 @@ def test_a_booked_claim_binds_at_its_start_provisions_and_its_lease_end_cleans_t
     env.state["phases"].record(
         "booked claim: lease end -> LeaseExpired (server times)", expired_seen - expiry, expired_seen
     )
-    assert 0 <= expiry <= 5, (expired, lease)
+    assert 0 <= expiry <= NEXT_RUN, (expired, lease)
 
     def released() -> bool:
         found = read(api, "BareMetalHost", "infra", host, INFRA_NAMESPACE)
