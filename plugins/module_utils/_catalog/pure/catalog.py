@@ -28,6 +28,9 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.outcomes import DONE, Outcomes
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policy
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.status import (
+    status_patch as object_status_patch,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
     host_pools,
     in_host_pool,
@@ -238,18 +241,8 @@ def desired_status(counted: dict, current: dict | None, timestamp: str) -> dict:
 def status_patch(current: dict | None, desired: dict, timestamp: str) -> dict | None:
     """A merge patch from the current status to `desired` (with lastUpdated moved to `timestamp`), or None when
     nothing but lastUpdated would change."""
-    current = current or {}
-    patch = {}
-    for name in (set(current) | set(desired)) - {"lastUpdated"}:
-        if name == "conditions":
-            if not cond.same(current.get("conditions"), desired.get("conditions")):
-                patch["conditions"] = desired["conditions"]
-        elif current.get(name) != desired.get(name):
-            patch[name] = desired.get(name)
-    if not patch:
-        return None
-    patch["lastUpdated"] = timestamp
-    return patch
+    patch = object_status_patch({"status": current or {}}, desired)
+    return None if patch is None else {**patch, "lastUpdated": timestamp}
 
 
 def new_catalog(namespace: str) -> dict:
