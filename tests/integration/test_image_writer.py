@@ -107,7 +107,15 @@ def sfdisk_json(disk: Path) -> dict:
     return json.loads(result.stdout)["partitiontable"]
 
 
-def config_drive(tmp_path: Path, media_server, mode: str, image: dict | None = None, erase: str | None = None):
+def config_drive(
+    tmp_path: Path,
+    media_server,
+    mode: str,
+    image: dict | None = None,
+    erase: str | None = None,
+    warm: dict | None = None,
+    name: str = "config-drive.iso",
+):
     """Build and publish a host's config drive, then fetch it back from the media server as a BMC would.
 
     Returns (token, path of the downloaded ISO)."""
@@ -118,6 +126,8 @@ def config_drive(tmp_path: Path, media_server, mode: str, image: dict | None = N
         deploy["image"] = image
     if erase:
         deploy["erase"] = erase
+    if warm:
+        deploy["warm"] = warm
     iso = configdrive.build_config_drive(user_data=USER_DATA, meta_data=None, network_data=NETWORK_DATA, deploy=deploy)
     media.publish(media_dir, "config-drive.iso", iso, token=token)
     with urllib.request.urlopen(protocol.media_url(media_url, token, "config-drive.iso"), timeout=10) as response:
@@ -125,7 +135,7 @@ def config_drive(tmp_path: Path, media_server, mode: str, image: dict | None = N
     files = read_config_drive(served)
     assert files["user-data"] == USER_DATA and files["network-config"] == NETWORK_DATA
     assert json.loads(files["metalclaim/deploy.json"]) == deploy
-    path = tmp_path / "config-drive.iso"
+    path = tmp_path / name
     path.write_bytes(served)
     return token, path
 
@@ -189,6 +199,80 @@ def test_qcow2_image_and_config_drive_are_written_and_reported(tmp_path, image_s
     result_report = media.callback_result(media_server[0], token)
     assert result_report["status"] == "success", result_report
     assert "qcow2 image written" in result_report["message"]
+
+
+def _qcow2_image(tmp_path: Path, image_server) -> tuple[dict, bytes]:
+    images, images_url = image_server
+    source = partitioned(tmp_path / "source.raw", 8 * MIB, seed=7, script="start=2048, size=12288, type=L\n")
+    subprocess.run(
+        ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(tmp_path / "source.raw"), str(images / "warm.qcow2")],
+        check=True,
+    )
+    image = {
+        "url": f"{images_url}/warm.qcow2",
+        "format": "qcow2",
+        "checksum": hashlib.sha256((images / "warm.qcow2").read_bytes()).hexdigest(),
+        "checksumType": "sha256",
+    }
+    return image, source
+
+
+def test_a_warm_writer_cleans_waits_and_runs_the_job_handed_to_it(tmp_path, image_server, media_server):
+    """Fast track: after the cleaning's callback the writer polls for a job under the wait token (404: none yet),
+    takes the one the provisioner hands it (acknowledged on the wait token), and deploys it under the job's token."""
+    media_dir, media_url = media_server
+    disk = sparse_disk(tmp_path / "disk.img")
+    wait_token = protocol.new_token()
+    clean_token, clean_iso = config_drive(
+        tmp_path, media_server, "clean", warm=protocol.warm_instructions(media_url, wait_token)
+    )
+    writer = subprocess.Popen(
+        [str(WRITER), "--config-drive", str(clean_iso), "--disk", str(disk), "--work-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines = []
+        for line in writer.stdout:  # the cleaning first, then the wait
+            lines.append(line)
+            if "waiting for a job" in line:
+                break
+        assert media.callback_result(media_dir, clean_token)["status"] == "success", "".join(lines)
+        assert media.callback_result(media_dir, wait_token) is None  # nothing taken before a job is handed
+
+        image, source = _qcow2_image(tmp_path, image_server)
+        job_token, _ = config_drive(tmp_path, media_server, "deploy", image, name="job.iso")
+        # What the provisioner's handoff writes (io/provisioner.py _hand_off), under the wait token.
+        job = {"config_drive": protocol.media_url(media_url, job_token, "config-drive.iso")}
+        media.publish(media_dir, protocol.NEXT_FILE, json.dumps(job).encode(), token=wait_token)
+
+        output, _ = writer.communicate(timeout=120)
+    finally:
+        writer.kill()
+    assert writer.returncode == 0, "".join(lines) + output
+    assert media.callback_result(media_dir, wait_token)["message"] == "job taken"
+    report = media.callback_result(media_dir, job_token)
+    assert report["status"] == "success" and "qcow2 image written" in report["message"], report
+    written = disk.read_bytes()
+    assert written[SECTOR : len(source)] == source[SECTOR:]
+    for token in (clean_token, wait_token, job_token):
+        assert token not in "".join(lines) + output  # tokens never reach the console
+
+
+def test_a_warm_writer_never_takes_a_job_it_cannot_read(tmp_path, media_server):
+    """A handed job whose config drive is not there is not acknowledged: the provisioner's pickup deadline passes
+    and it falls back to booting the deploy ISO, instead of waiting for a callback that cannot come."""
+    media_dir, media_url = media_server
+    disk = sparse_disk(tmp_path / "disk.img")
+    wait_token = protocol.new_token()
+    _, clean_iso = config_drive(tmp_path, media_server, "clean", warm=protocol.warm_instructions(media_url, wait_token))
+    missing = {"config_drive": protocol.media_url(media_url, protocol.new_token(), "config-drive.iso")}
+    media.publish(media_dir, protocol.NEXT_FILE, json.dumps(missing).encode(), token=wait_token)
+    result = run_writer(clean_iso, disk, tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cannot read the job" in result.stdout and "HTTP 404" in result.stdout
+    assert media.callback_result(media_dir, wait_token) is None
 
 
 def test_a_floppy_sized_config_drive_puts_only_the_iso_on_the_disk(tmp_path, image_server, media_server):

@@ -14,6 +14,11 @@ REBOOT_ANNOTATION = "reboot.metal3.io"
 # image (powered on, {"consumer": uid, "since": time}) and removes the mark only when deprovisioning ends. The claim
 # layer gives no host back (clears no consumerRef) and binds none while it is there.
 IN_USE_ANNOTATION = "provisioner.metalclaim.io/in-use"
+# Ours, written by the provisioner only (the claim side may not: config/admission/host_fields_policy.yaml): the host
+# is available and powered on in the deploy system it booted, after a power-off, for its last cleaning, its writer
+# waiting for a job (value: since when). Such a host counts as given back and free although it is on, and the binder
+# prefers it for disk images.
+WARM_ANNOTATION = "provisioner.metalclaim.io/warm"
 
 # The data Secrets a claim (and a host) references, in the order the guide lists them.
 DATA_ROLES = ("userData", "metaData", "networkData")

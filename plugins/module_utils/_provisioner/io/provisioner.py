@@ -20,6 +20,7 @@ import base64
 import collections
 import copy
 import dataclasses
+import json
 import re
 import threading
 import time
@@ -44,7 +45,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     RedfishClient,
     RedfishError,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import host_diff, machine
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import host_diff, machine, warm
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import media_protocol as protocol
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
     BmcAddressError,
@@ -105,6 +106,7 @@ def provision_hosts(
         for h in ours
         if (not keys or _key(h) in keys) and (not namespaces or h["metadata"]["namespace"] in namespaces)
     ]
+    pool, pool_problems = _warm_pool(ours, selected, run_fleet)
     run_connections = connections or Connections(options)
     try:
         works = [_Work(host, timestamp, views.get(_key(host)) or HostKube(kube)) for host in sorted(selected, key=_key)]
@@ -114,9 +116,12 @@ def provision_hosts(
         for work in works:
             if work.result.get("skipped"):
                 continue
+            namespace = work.host["metadata"]["namespace"]
             work.ctx.slot_free = busy < options.max_concurrent
+            work.ctx.warm_offered, work.ctx.warm_room = pool.offered(namespace), pool.room(namespace)
             work.step = work.failure or machine.decide(work.host, work.observed, work.ctx)
             busy += _busy(work.step.state) - _busy(work.result["previous"])
+            pool.count(namespace, _warm_after(work.host, work.step))
         bounded_map(lambda work: _finish_host(work, options, check_mode, run_fleet), works, options.workers, "host")
     finally:
         if connections is None:
@@ -135,9 +140,39 @@ def provision_hosts(
     }
     if swept:
         outcome["media_swept"] = len(swept)
+    if pool_problems:
+        outcome["warnings"] = pool_problems
     if diff:
         outcome["writes"] = [write for work in works for write in work.writes]
     return outcome
+
+
+def _warm_pool(ours: list[dict], selected: list[dict], fleet: Fleet) -> tuple[warm.Pool, list[str]]:
+    """Each namespace's warm pool (its Namespace's annotation over its hosts), with the warm hosts this run leaves
+    alone already counted; and what is wrong with an annotation (such a namespace keeps no host warm)."""
+    stepped = {_key(h) for h in selected}
+    hosts, warm_elsewhere = collections.Counter(), collections.Counter()
+    for host in ours:
+        namespace = host["metadata"]["namespace"]
+        hosts[namespace] += 1
+        if _key(host) not in stepped and machine.operation(host).get("kind") == machine.WARM:
+            warm_elsewhere[namespace] += 1
+    sizes, problems = {}, []
+    for namespace, count in sorted(hosts.items()):
+        sizes[namespace], problem = warm.pool_size(
+            fleet.namespace_annotations(namespace).get(warm.POOL_ANNOTATION), count
+        )
+        if problem:
+            problems.append(f"namespace {namespace}: {problem}")
+    return warm.Pool(sizes, warm_elsewhere), problems
+
+
+def _warm_after(host: dict, step: machine.Step) -> bool:
+    """Whether the host is (still) warm once the step is written: its operation then is, or stays, WARM."""
+    if machine.OPERATION_ANNOTATION in step.annotations:
+        written = step.annotations[machine.OPERATION_ANNOTATION]
+        return bool(written) and json.loads(written).get("kind") == machine.WARM
+    return machine.operation(host).get("kind") == machine.WARM
 
 
 def _key(host: dict) -> tuple[str, str]:
@@ -206,14 +241,15 @@ class Fleet:
     def __init__(self):
         self._hosts: dict | None = None  # (namespace, name) -> host, None until the first read
         self._labels: dict = {}
+        self._annotations: dict = {}
         self._lock = threading.Lock()
 
     def read(self, kube, due: list[tuple] | None, views: dict, workers: int) -> None:
         """Bring the hosts in `due` up to date (all hosts when None, and at the first read)."""
         if self._hosts is None:
-            self._labels = {
-                ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in kube.list("v1", "Namespace")
-            }
+            namespaces = kube.list("v1", "Namespace")
+            self._labels = {ns["metadata"]["name"]: ns["metadata"].get("labels") or {} for ns in namespaces}
+            self._annotations = {ns["metadata"]["name"]: ns["metadata"].get("annotations") or {} for ns in namespaces}
         if self._hosts is None or due is None or len(due) > 1 + len(self._hosts) / LIST_HOSTS_PER_GET:
             hosts = {_key(host): host for host in kube.list(API_VERSION, "BareMetalHost")}
             with self._lock:
@@ -234,6 +270,9 @@ class Fleet:
                 self._hosts.pop(key, None)
             else:
                 self._hosts[key] = host
+
+    def namespace_annotations(self, namespace: str) -> dict:
+        return self._annotations.get(namespace, {})
 
     def ours(self) -> list[dict]:
         """The hosts this provisioner drives (not those left to Metal3's BMO)."""
@@ -363,7 +402,9 @@ class _Work:
 def _observe_host(work: _Work, options: Options, connections: Connections) -> None:
     """Read what the machine needs for this host: its BMC Secret (for a new connection), then Redfish."""
     host = work.host
-    work.ctx = machine.Context(now=work.timestamp, settings=options.settings, new_token=protocol.new_token())
+    work.ctx = machine.Context(
+        now=work.timestamp, settings=options.settings, new_token=protocol.new_token(), wait_token=protocol.new_token()
+    )
     wait = machine.waiting_for_backoff(host, work.ctx)
     if wait > 0 and not host["metadata"].get("deletionTimestamp"):
         work.result.update(skipped="backing off after an error", requeue_after=wait)
@@ -456,6 +497,8 @@ def _observe(host: dict, bmc: _Bmc | None, ctx: machine.Context, options: Option
             observed[need] = bmc.client.inventory()
         elif need == machine.CALLBACK:
             observed[need] = _callback(options, machine.operation(host).get("token", ""))
+        elif need == machine.WARM_ACK:
+            observed[need] = _callback(options, machine.operation(host).get("warm", ""))
     return observed
 
 
@@ -505,8 +548,11 @@ def _carry_out(kube, host: dict, step: machine.Step, bmc: _Bmc | None, ctx: mach
             elif verb == "clear_boot":
                 bmc.client.clear_boot_override()
             elif verb == "publish":
-                _publish(kube, host, action[1], action[2], options, erase=action[3] if len(action) > 3 else None)
+                erase, wait = (*action[3:], None, None)[:2]
+                _publish(kube, host, action[1], action[2], options, erase=erase, wait=wait)
                 published.append(action[2])
+            elif verb == "handoff":
+                _hand_off(action[1], action[2], options)
             elif verb == "withdraw" and options.media_dir and action[1]:
                 media.withdraw(options.media_dir, action[1])
     except (RedfishError, ValueError) as error:
@@ -532,11 +578,19 @@ def _sweep_media(hosts: list[dict], options: Options) -> list[str]:
     """Media whose operation no host records (its recording write failed, its provisioner died) stop being servable
     once older than any operation could be. A shard sharing the media directory records its own hosts' tokens: theirs
     are left alone that long too."""
-    owned = {machine.operation(h).get("token") for h in hosts} - {None, ""}
+    owned = {token for h in hosts for token in machine.tokens_of(machine.operation(h))}
     return media.sweep(options.media_dir, owned, options.settings.callback_timeout + SWEEP_GRACE)
 
 
-def _publish(kube, host: dict, mode: str, token: str, options: Options, erase: str | None = None) -> None:
+def _hand_off(wait_token: str, job_token: str, options: Options) -> None:
+    """Tell the warm writer polling under `wait_token` where its job's config drive is (under the job's own token)."""
+    job = {"config_drive": machine.config_drive_url(options.settings, job_token)}
+    media.publish(options.media_dir, protocol.NEXT_FILE, json.dumps(job).encode(), token=wait_token)
+
+
+def _publish(
+    kube, host: dict, mode: str, token: str, options: Options, erase: str | None = None, wait: str | None = None
+) -> None:
     """Build the host's config drive (tenant data + the writer's instructions) and make it downloadable."""
     if not options.media_dir or not options.settings.media_url:
         raise ValueError("disk images and cleaning need media_dir and media_url (the media server)")
@@ -546,6 +600,8 @@ def _publish(kube, host: dict, mode: str, token: str, options: Options, erase: s
     }
     if mode == "clean" and erase:
         deploy["erase"] = erase
+    if mode == "clean" and wait:
+        deploy["warm"] = protocol.warm_instructions(options.settings.media_url, wait)
     data = {}
     if mode == "deploy":
         image = host["spec"]["image"]

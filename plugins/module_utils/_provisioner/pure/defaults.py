@@ -16,3 +16,6 @@ POWER_OFF_TIMEOUT = 60.0  # a soft power-off gets this long before a hard one
 BACKOFF_BASE = 10.0  # seconds to wait after a first error, doubled after each further one
 BACKOFF_CAP = 600.0  # the longest wait between retries
 CLEANING_ERASE = "metadata"  # how deep automated cleaning goes: "metadata" or "full"
+# A warm host's writer polls for its job every second: one that has not taken a job handed to it within this long has
+# stopped answering, and the deploy falls back to booting the deploy ISO.
+WARM_PICKUP_TIMEOUT = 20.0

@@ -57,6 +57,13 @@ def validate_deploy(deploy: dict) -> dict:
             if deploy["erase"] not in ERASE_MODES:
                 raise ValueError(f"deploy.erase must be one of {', '.join(ERASE_MODES)}")
             result["erase"] = deploy["erase"]
+        warm = deploy.get("warm")
+        if warm is not None:  # fast track: where the writer, once clean, asks for its next job
+            if not isinstance(warm, dict):
+                raise ValueError("deploy.warm must be a mapping")
+            result["warm"] = {
+                key: _http_url(_require(warm, key, "deploy.warm"), f"deploy.warm.{key}") for key in ("next", "ack")
+            }
         return result
     image = deploy.get("image")
     if not isinstance(image, dict):

@@ -27,6 +27,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     IN_USE_ANNOTATION,
     PAUSED_ANNOTATION,
     REBOOT_ANNOTATION,
+    WARM_ANNOTATION,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import defaults
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import media_url
@@ -72,6 +73,9 @@ ERASE_ANNOTATION = "metalclaim.io/cleaning-erase"
 ERASE_MODES = ("metadata", "full")
 DISK_FORMATS = ("qcow2", "raw")
 LIVE_ISO = "live-iso"
+# The operation of a warm host: available, powered on in the deploy system its last cleaning booted, its writer
+# polling the media server under the operation's token for a job (see _stay_warm).
+WARM = "warm"
 
 # Observations the edge can make (one Redfish read each, roughly).
 PROBE = "probe"
@@ -80,6 +84,7 @@ BOOT = "boot"
 MEDIA = "media"
 INVENTORY = "inventory"
 CALLBACK = "callback"
+WARM_ACK = "warm_ack"  # the warm writer's acknowledgement that it took the job handed to it
 
 # Virtual media devices: the CD carries the live ISO or the deploy ISO, the second
 # device the per-host config drive.
@@ -102,6 +107,7 @@ class Settings:
     power_poll_interval: float = defaults.POWER_POLL_INTERVAL
     # How deep automated cleaning goes on every host: "metadata" or "full" (ERASE_ANNOTATION asks per host).
     cleaning_erase: str = defaults.CLEANING_ERASE
+    warm_pickup_timeout: float = defaults.WARM_PICKUP_TIMEOUT  # a warm writer must take a job within this
 
 
 @dataclass
@@ -115,6 +121,9 @@ class Context:
     address_problem: str = ""  # why spec.bmc.address cannot be used
     slot_free: bool = True  # a provisioning-concurrency slot is free for this host
     new_token: str = ""  # a fresh unguessable token, used if this step publishes media
+    wait_token: str = ""  # another one: a cleaning's writer that may stay warm polls under it for its next job
+    warm_offered: bool = False  # the host's namespace keeps cleaned hosts warm (warm.pool_size > 0)
+    warm_room: bool = False  # ...and is under that size: this host may stay or become warm
 
 
 @dataclass
@@ -163,8 +172,18 @@ def _json_annotation(host: dict, name: str) -> dict:
 
 
 def operation(host: dict) -> dict:
-    """The operation in flight: {kind: live-iso|deploy|clean, token, started, powered}."""
+    """The operation in flight: {kind: live-iso|deploy|clean|warm, token, started, powered, ...}."""
     return _json_annotation(host, OPERATION_ANNOTATION)
+
+
+def tokens_of(op: dict) -> list:
+    """Every media token an operation holds: its job's, a warm writer's it was handed to ("warm"), and the one a
+    cleaning's writer would wait under ("wait")."""
+    return [op[name] for name in ("token", "warm", "wait") if op.get(name)]
+
+
+def _withdraw_all(op: dict, step: Step) -> None:
+    step.actions += [("withdraw", token) for token in tokens_of(op)]
 
 
 def is_ours(host: dict, namespace_labels: dict) -> bool:
@@ -270,10 +289,15 @@ def observations(host: dict, ctx: Context) -> tuple:
     if state == INSPECTING:
         return (*needs, INVENTORY)
     needs.append(POWER)
+    op = operation(host)
     if state in (PROVISIONING, DEPROVISIONING):
         needs += [BOOT, MEDIA]
-        if operation(host).get("token"):
+        if op.get("token"):
             needs.append(CALLBACK)
+        if op.get("warm") and not op.get("taken"):
+            needs.append(WARM_ACK)
+    elif op.get("kind") == WARM:
+        needs += [BOOT, MEDIA]  # what a warm host gives up when it cools: the deploy ISO and its boot override
     return tuple(needs)
 
 
@@ -534,6 +558,10 @@ def _polled(step: Step, ctx: Context) -> Step:
 def _available(host: dict, observed: dict, ctx: Context) -> Step:
     spec = host.get("spec") or {}
     step = Step(AVAILABLE)
+    if operation(host).get("kind") == WARM:
+        stays = _stay_warm(host, observed, ctx, step)
+        if stays is not None:
+            return stays
     if spec.get("externallyProvisioned"):
         return _ok(
             _transition(host, step, EXTERNALLY_PROVISIONED, "ExternallyProvisioned", "marked externally provisioned"),
@@ -568,6 +596,40 @@ def _available(host: dict, observed: dict, ctx: Context) -> Step:
         step.requeue_after = 0
         return _ok(step, host)
     return _ok(_follow_power(host, observed, ctx, step), host)
+
+
+def _stay_warm(host: dict, observed: dict, ctx: Context, step: Step) -> Step | None:
+    """A warm host: stay warm, cool down (power off, media out), or None to start the disk image deploy it waits for.
+
+    Its writer is the one the last cleaning booted after a power-off, from our medium: nothing of a consumer ever ran
+    since, so being on does not stop it from being free (the claim side reads WARM_ANNOTATION). It cools when it was
+    found off (killed, powered off at the BMC), when the pool has no room for it, or when it is wanted for anything
+    but a disk image (a live ISO, an image-less consumer, externally provisioned)."""
+    op, spec, image = operation(host), host.get("spec") or {}, image_of(host)
+    step.status["poweredOn"] = observed.get(POWER) == "On"
+    if observed.get(POWER) != "On":
+        message = "the warm deploy agent's host was found powered off: its next deploy boots the deploy ISO"
+        return _cool(host, op, observed, step, ("Warning", "WarmHostLost", message))
+    disk_image = bool(image and (image.get("format") or "raw") in DISK_FORMATS and not _image_problem(image, ctx))
+    if disk_image and spec.get("online"):
+        return None
+    if spec.get("externallyProvisioned") or image or (_consumer_uid(host) is not None and spec.get("online")):
+        return _cool(host, op, observed, step, ("Normal", "WarmHostCooled", "wanted for other than a disk image"))
+    if not ctx.warm_room:
+        return _cool(host, op, observed, step, ("Normal", "WarmHostCooled", "the namespace's warm pool is full"))
+    return _ok(_polled(step, ctx), host)
+
+
+def _cool(host: dict, op: dict, observed: dict, step: Step, event: tuple) -> Step:
+    """Leave the warm state: the writer's token withdrawn, media and boot override cleared, powered off."""
+    _withdraw_all(op, step)
+    _eject_all(observed, step)
+    if observed.get(POWER) == "On":
+        step.actions.append(("power", "ForceOff"))
+    step.annotations.update({OPERATION_ANNOTATION: None, WARM_ANNOTATION: None})
+    step.event = event
+    step.requeue_after = 2
+    return _ok(step, host)
 
 
 def shown_url(url: str) -> str:
@@ -637,9 +699,8 @@ def _provisioning(host: dict, observed: dict, ctx: Context) -> Step:
     step = Step(PROVISIONING)
     step.status["poweredOn"] = observed.get(POWER) == "On"
     if not image:
-        step.annotations[OPERATION_ANNOTATION] = None
-        if operation(host).get("token"):
-            step.actions.append(("withdraw", operation(host)["token"]))
+        step.annotations.update({OPERATION_ANNOTATION: None, WARM_ANNOTATION: None})
+        _withdraw_all(operation(host), step)
         # The host already holds a concurrency slot: deprovisioning it needs no other.
         return _ok(_start_deprovisioning(host, step, dataclasses.replace(ctx, slot_free=True), "image removed"), host)
     if image.get("format") == LIVE_ISO:
@@ -681,6 +742,9 @@ def _power_into_media(observed: dict, op: dict, step: Step) -> dict:
 def _provision_live_iso(host: dict, image: dict, observed: dict, ctx: Context, step: Step) -> Step:
     op = operation(host)
     if op.get("kind") != LIVE_ISO or op.get("url") != image["url"]:
+        _withdraw_all(op, step)  # a warm writer's, or a deploy's the image changed under
+        if WARM_ANNOTATION in annotations_of(host):
+            step.annotations[WARM_ANNOTATION] = None
         op = {"kind": LIVE_ISO, "url": image["url"], "started": ctx.now}
     ready = (
         op.get("powered")
@@ -708,10 +772,16 @@ def _provisioned_with(host: dict, image: dict, step: Step, ctx: Context) -> Step
 
 def _provision_disk(host: dict, image: dict, observed: dict, ctx: Context, step: Step) -> Step:
     op = operation(host)
-    if op.get("kind") != "deploy" or op.get("url") != image["url"]:
-        if op.get("token"):
-            step.actions.append(("withdraw", op["token"]))
+    if op.get("kind") == WARM:
+        op, observed = _hand_to_warm_writer(host, op, image, observed, ctx, step)
+    elif op.get("kind") != "deploy" or op.get("url") != image["url"]:
+        _withdraw_all(op, step)
         op = {"kind": "deploy", "url": image["url"], "started": ctx.now}
+    if op.get("warm"):
+        warm_step = _warm_deploy(host, op, image, observed, ctx, step)
+        if warm_step is not None:
+            return warm_step
+        op = {"kind": "deploy", "url": image["url"], "started": ctx.now, "fallback": True}
     op, observed = _writer_job(op, observed, ctx, step)
     if not op.get("token"):
         return _waiting_for_off(host, op, step)
@@ -723,6 +793,47 @@ def _provision_disk(host: dict, image: dict, observed: dict, ctx: Context, step:
             host, op, f"no callback from the image writer within {ctx.settings.callback_timeout:g}s", ctx
         )
     return _boot_writer(host, op, observed, ctx, step)
+
+
+def _hand_to_warm_writer(
+    host: dict, op: dict, image: dict, observed: dict, ctx: Context, step: Step
+) -> tuple[dict, dict]:
+    """The deploy as a job for the waiting writer: its config drive under a fresh token, handed over under the
+    writer's own (the host was bound after it started waiting: no tenant data reached it before)."""
+    job = {"kind": "deploy", "url": image["url"], "started": ctx.now, "token": ctx.new_token, "warm": op["token"]}
+    step.actions += [("publish", "deploy", job["token"]), ("handoff", job["warm"], job["token"])]
+    step.annotations[WARM_ANNOTATION] = None
+    return job, {**observed, CALLBACK: None, WARM_ACK: None}
+
+
+def _warm_deploy(host: dict, op: dict, image: dict, observed: dict, ctx: Context, step: Step) -> Step | None:
+    """A deploy handed to a warm writer: wait for it to take the job, then for its callback; None to fall back.
+
+    A host found off, or a writer that has not taken the job within warm_pickup_timeout, has stopped answering: the
+    job's tokens are withdrawn and the deploy starts again the usual way (power off, a fresh token, the deploy ISO)."""
+    callback = observed.get(CALLBACK)
+    if callback is not None:
+        return _writer_finished(host, op, callback, observed, ctx, step, on_success=_deployed(image))
+    why = ""
+    if observed.get(POWER) != "On":
+        why = "its host was found powered off"
+    elif not op.get("taken"):
+        if observed.get(WARM_ACK) is not None:
+            op = {**op, "taken": ctx.now}
+        elif seconds_between(op["started"], ctx.now) > ctx.settings.warm_pickup_timeout:
+            why = f"did not take the job within {ctx.settings.warm_pickup_timeout:g}s"
+    elif seconds_between(op["started"], ctx.now) > ctx.settings.callback_timeout:
+        return _writer_failed(
+            host, op, f"no callback from the image writer within {ctx.settings.callback_timeout:g}s", ctx
+        )
+    if why:
+        _withdraw_all(op, step)
+        step.event = ("Warning", "WarmFallback", f"the warm deploy agent {why}: booting the deploy ISO instead")
+        return None
+    if op != operation(host):
+        step.annotations[OPERATION_ANNOTATION] = json.dumps(op, sort_keys=True)
+    step.requeue_after = 1  # the writer is already running: its callback comes in seconds, not minutes
+    return _ok(step, host)
 
 
 def _writer_job(op: dict, observed: dict, ctx: Context, step: Step) -> tuple[dict, dict]:
@@ -739,8 +850,11 @@ def _writer_job(op: dict, observed: dict, ctx: Context, step: Step) -> tuple[dic
             step.actions.append(("power", "ForceOff"))
         return op, observed
     op = {**op, "token": ctx.new_token, "off": ctx.now}
-    if op["kind"] == "clean":  # the writer's instructions say how deep
-        step.actions.append(("publish", op["kind"], op["token"], op.get("erase", "metadata")))
+    if op["kind"] == "clean":  # the writer's instructions say how deep, and where to wait for a job if kept warm
+        if ctx.warm_offered and ctx.wait_token:
+            op["wait"] = ctx.wait_token
+        wait = (op["wait"],) if op.get("wait") else ()
+        step.actions.append(("publish", op["kind"], op["token"], op.get("erase", "metadata"), *wait))
     else:
         step.actions.append(("publish", op["kind"], op["token"]))
     return op, {**observed, CALLBACK: None}
@@ -778,14 +892,22 @@ def _deployed(image: dict):
 
 
 def _writer_finished(
-    host: dict, op: dict, callback: dict, observed: dict, ctx: Context, step: Step, on_success
+    host: dict, op: dict, callback: dict, observed: dict, ctx: Context, step: Step, on_success, warm: bool = False
 ) -> Step:
-    """The image writer called back: tidy the media away, then move on or record its failure."""
+    """The image writer called back: tidy the media away, then move on or record its failure.
+
+    `warm`: the writer goes on running, polling under the operation's wait token. The CD stays in (the running deploy
+    system reads its root filesystem from it); the config drive, which carried the finished job, goes."""
     if callback.get("status") != "success":
         message = str(callback.get("message") or "no message")[:512]
         return _writer_failed(host, op, f"the image writer failed: {message}", ctx)
+    if warm:
+        if ((observed.get(MEDIA) or {}).get(CONFIG_DEVICE) or {}).get("inserted"):
+            step.actions.append(("eject", CONFIG_DEVICE))
+        step.actions.append(("withdraw", op["token"]))
+        return _ok(on_success(host, step, ctx), host)
     _eject_all(observed, step)
-    step.actions.append(("withdraw", op["token"]))
+    _withdraw_all(op, step)
     step.annotations[OPERATION_ANNOTATION] = None
     if op["kind"] == "deploy":
         # Boot the written disk: reset into it when online, else leave it off.
@@ -796,7 +918,9 @@ def _writer_finished(
 def _writer_failed(host: dict, op: dict, message: str, ctx: Context) -> Step:
     """Give up this attempt: media away, power off; the next try (after backoff) starts afresh."""
     step = failed(host, message, ctx, error_type=PROVISIONING_ERROR)
-    step.actions += [("eject", CD), ("eject", CONFIG_DEVICE), ("withdraw", op.get("token", "")), ("power", "ForceOff")]
+    step.actions += [("eject", CD), ("eject", CONFIG_DEVICE)]
+    _withdraw_all(op, step)
+    step.actions.append(("power", "ForceOff"))
     # Said now: a host in error is not observed again before its backoff ends (a failed power-off is an error too).
     step.status["poweredOn"] = False
     step.annotations[OPERATION_ANNOTATION] = None
@@ -824,20 +948,23 @@ def _deprovisioning(host: dict, observed: dict, ctx: Context) -> Step:
     step = Step(DEPROVISIONING)
     step.status["poweredOn"] = observed.get(POWER) == "On"
     op = operation(host)
-    if op.get("kind") in ("deploy", LIVE_ISO):  # what provisioning left behind
-        if op.get("token"):
-            step.actions.append(("withdraw", op["token"]))
-        step.annotations[OPERATION_ANNOTATION] = None
+    if op.get("kind") in ("deploy", LIVE_ISO, WARM):  # what provisioning left behind
+        _withdraw_all(op, step)
+        step.annotations.update({OPERATION_ANNOTATION: None, WARM_ANNOTATION: None})
         op = {}
     if cleaning_wanted(host) and ctx.settings.deploy_iso_url and not op.get("cleaned"):
         return _clean(host, op, observed, ctx, step)
+    if op.get("wait"):
+        if observed.get(POWER) == "On" and ctx.warm_room:
+            return _deprovisioned_warm(host, op, observed, ctx, step)
+        _withdraw_all({"wait": op["wait"]}, step)  # found off, or no room any more: cooled like any other
     _eject_all(observed, step)
     if observed.get(POWER) != "Off":
         if observed.get(POWER) == "On":
             step.actions.append(("power", "ForceOff"))
         step.requeue_after = 2
         return _ok(step, host)
-    if step.actions:  # media or boot override still to clear: confirm at the next step
+    if any(action[0] != "withdraw" for action in step.actions):  # media or boot override to clear: confirm next
         step.requeue_after = 1
         return _ok(step, host)
     for name in (OPERATION_ANNOTATION, IN_USE_ANNOTATION):
@@ -848,6 +975,25 @@ def _deprovisioning(host: dict, observed: dict, ctx: Context) -> Step:
     step.status["conditions"] = _cleaned_condition(host, op, ctx)
     message = conditions.find(step.status["conditions"], CLEANED_CONDITION)["message"]
     return _ok(_transition(host, step, AVAILABLE, "Deprovisioned", f"deprovisioned; {message}"), host)
+
+
+def _deprovisioned_warm(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> Step:
+    """Deprovisioning ends with the host on, its cleaning's writer waiting under the wait token: available, warm."""
+    if ((observed.get(MEDIA) or {}).get(CONFIG_DEVICE) or {}).get("inserted"):
+        step.actions.append(("eject", CONFIG_DEVICE))
+        step.requeue_after = 1
+        return _ok(step, host)
+    step.annotations[OPERATION_ANNOTATION] = json.dumps({"kind": WARM, "token": op["wait"], "since": ctx.now})
+    step.annotations[WARM_ANNOTATION] = ctx.now
+    if IN_USE_ANNOTATION in annotations_of(host):
+        step.annotations[IN_USE_ANNOTATION] = None
+    step.status["provisioning"] = {"state": AVAILABLE}
+    step.status["operationHistory"] = _history(host, "deprovision", end=ctx.now)
+    step.status["conditions"] = _cleaned_condition(host, op, ctx)
+    message = conditions.find(step.status["conditions"], CLEANED_CONDITION)["message"]
+    step = _transition(host, step, AVAILABLE, "Deprovisioned", f"deprovisioned; {message}; warm: its writer waits")
+    step.requeue_after = None
+    return _ok(_polled(step, ctx), host)
 
 
 def _cleaned_condition(host: dict, op: dict, ctx: Context) -> list:
@@ -894,19 +1040,22 @@ def _clean(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> St
         return _waiting_for_off(host, op, step)
     callback = observed.get(CALLBACK)
     if callback is not None:
+        # Kept warm only when the pool has room and the host is still on (its writer alive to wait).
+        warm = bool(op.get("wait")) and ctx.warm_room and observed.get(POWER) == "On"
 
         def cleaned(host_: dict, step_: Step, ctx_: Context) -> Step:
             # The writer's report, one part per disk: from the writer booted after the power-off (its token).
             report = str(callback.get("message") or "")[:512]
-            step_.annotations[OPERATION_ANNOTATION] = json.dumps(
-                {"kind": "clean", "cleaned": True, "report": report, "erase": op.get("erase", "metadata")},
-                sort_keys=True,
-            )
+            cleaned_op = {"kind": "clean", "cleaned": True, "report": report, "erase": op.get("erase", "metadata")}
+            if warm:
+                cleaned_op["wait"] = op["wait"]
+            step_.annotations[OPERATION_ANNOTATION] = json.dumps(cleaned_op, sort_keys=True)
             step_.requeue_after = 1
             return step_
 
-        step = _writer_finished(host, op, callback, observed, ctx, step, on_success=cleaned)
-        step.actions.append(("power", "ForceOff"))
+        step = _writer_finished(host, op, callback, observed, ctx, step, on_success=cleaned, warm=warm)
+        if not warm:
+            step.actions.append(("power", "ForceOff"))
         return step
     if seconds_between(op["started"], ctx.now) > ctx.settings.callback_timeout:
         return _writer_failed(
@@ -937,8 +1086,7 @@ def _deleting(host: dict, observed: dict, ctx: Context) -> Step:
                 step.actions.append(("power", "ForceOff"))
             return step
     step = Step(DELETING, finalizer="remove")
-    if op.get("token"):
-        step.actions.append(("withdraw", op["token"]))
+    _withdraw_all(op, step)
     return step
 
 

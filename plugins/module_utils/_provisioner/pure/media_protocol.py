@@ -21,6 +21,10 @@ TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{43}")
 FILENAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 CALLBACK_MAX_BYTES = 64 * 1024
 CALLBACK_STATUSES = ("success", "failure")
+# A warm host's writer polls GET /media/<wait token>/NEXT_FILE: 404 until the provisioner hands it a job
+# ({"config_drive": URL of the job's config drive, under the job's own token}), then it acknowledges with a
+# callback on the wait token before it starts.
+NEXT_FILE = "next.json"
 
 
 def new_token() -> str:
@@ -55,3 +59,9 @@ def media_url(base_url: str, token: str, filename: str) -> str:
 def callback_url(base_url: str, token: str) -> str:
     check_token(token)
     return _join_url(base_url, "callback", token)
+
+
+def warm_instructions(base_url: str, wait_token: str) -> dict:
+    """What a cleaning job's instructions carry for a host that may stay warm: where to ask for the next job and
+    where to say it was taken. The wait token is minted with the cleaning's own, after the same power-off."""
+    return {"next": media_url(base_url, wait_token, NEXT_FILE), "ack": callback_url(base_url, wait_token)}
