@@ -124,6 +124,8 @@ ATTACKS = [
     ("spec.externallyProvisioned", "spec.externallyProvisioned", True),
     ("metadata.labels (a selector's)", "metadata.labels", {"infra-kind": "stolen"}),
     ("metadata.annotations (paused)", "metadata.annotations", {"baremetalhost.metal3.io/paused": "mine"}),
+    # The provisioner's warm mark lets a powered-on host count as given back and free: never the claim side's.
+    ("metadata.annotations (warm)", "metadata.annotations", {"provisioner.metalclaim.io/warm": "2026-11-26T00:00:00Z"}),
 ]
 
 

@@ -9,6 +9,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     IN_USE_ANNOTATION,
     PAUSED_ANNOTATION,
+    WARM_ANNOTATION,
 )
 
 
@@ -280,3 +281,22 @@ def test_a_released_host_is_given_back_only_available_read_powered_off_and_no_lo
     assert "deprovisioned after" in binding.why_not_given_back(released(in_use=True))
     # And nobody binds a host still marked in use (its consumerRef cleared by hand, say).
     assert binding.why_not_free(released(in_use=True)) == "still to be deprovisioned after its last consumer"
+
+
+def test_a_warm_host_is_given_back_on_and_preferred_for_disk_images_only():
+    """Fast track: the provisioner's warm mark says the host is on in the deploy system its cleaning booted."""
+    warm = host("h9", labels=MEDIUM, annotations={WARM_ANNOTATION: "2026-11-26T00:00:00Z"})
+    warm["status"]["poweredOn"] = True
+    assert binding.why_not_given_back(warm) is None and binding.why_not_free(warm) is None
+    cold = [host(f"h{i}", labels=MEDIUM) for i in range(3)]
+    disk = {"url": "http://images/node.qcow2", "checksum": "0" * 64}
+    unmarked = host("h9", labels=MEDIUM)
+    assert names(binding.plan(claim(image=disk), [*cold, unmarked], ["infrahost"]).candidates)[0] != "h9"
+    assert names(binding.plan(claim(image=disk), [*cold, warm], ["infrahost"]).candidates)[0] == "h9"
+    live = {"url": "http://images/live.iso", "format": "live-iso"}
+    # A live ISO gains nothing from the waiting writer: the order is the one without the mark.
+    order = names(binding.plan(claim(image=live), [*cold, unmarked], ["infrahost"]).candidates)
+    assert names(binding.plan(claim(image=live), [*cold, warm], ["infrahost"]).candidates) == order
+    # The tenant's placement comes first: a warm host elsewhere does not beat its failure domain.
+    zoned = [host("z1", labels={**MEDIUM, binding.FAILURE_DOMAIN_LABELS[1]: "zone-1"}), warm]
+    assert names(binding.plan(claim(image=disk, failureDomain="zone-1"), zoned, ["infrahost"]).candidates)[0] == "z1"
