@@ -815,6 +815,7 @@ def provision(module, kube) -> dict:
     run_diff = host_diff.RunDiff() if getattr(module, "_diff", False) else None
     changed = False
     steps = requests = 0
+    warnings: set = set()
     pending = params["hosts"]
     connections = Connections(options)
     try:
@@ -833,6 +834,7 @@ def provision(module, kube) -> dict:
             for write in result.get("writes", ()):
                 run_diff.record(*write)
             changed = changed or result["changed"]
+            warnings.update(result.get("warnings", ()))
             requests += result["redfish_requests"]
             steps += 1
             settling.record(result["hosts"], pending, time.monotonic())
@@ -858,6 +860,8 @@ def provision(module, kube) -> dict:
     )
     if run_diff is not None:
         outcome["diff"] = run_diff.entries()
+    if warnings:  # a warm pool annotation that means nothing: said, and that namespace keeps no host warm
+        outcome["warnings"] = sorted(warnings)
     return outcome
 
 
