@@ -22,12 +22,25 @@ from pathlib import Path
 
 import pytest
 from kubernetes import config as kube_config
-from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from metalclaim_dev.controllerproc import ControllerProcess
-from metalclaim_dev.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, host_inventory
+from metalclaim_dev.devenv.env import INFRA_NAMESPACE, host_inventory
 from metalclaim_dev.devenv.vms import GUEST_GATEWAY
+from metalclaim_dev.e2e import (
+    METAL3,
+    TENANT,
+    TENANT_NAMESPACE,
+    Controller,
+    claim_condition,
+    claim_error,
+    claim_host,
+    condition_once,
+    host_name,
+    host_state,
+    host_status,
+    read,
+    vm_of,
+)
 from metalclaim_dev.support import eventually
 from metalclaim_dev.vmenv import (
     CLEANED_MILESTONE,
@@ -45,9 +58,6 @@ from metalclaim_dev.vmenv import (
 )
 
 VMS = int(os.environ.get("METALCLAIM_E2E_VMS", "1"))
-TENANT = "tenant-a"
-TENANT_NAMESPACE = TENANT_NAMESPACES[TENANT]
-METAL3 = "metal3.io/v1alpha1"
 # Seconds for N VMs under TCG on 2 shared cores: the deploys run side by side and share the CPU.
 DEPLOY_TIMEOUT = 300 + 150 * VMS
 # The fault test's callback timeout: the deploy ISO boots and writes within ~40 s here, the writer gives up
@@ -91,44 +101,6 @@ def redfish_cost(env, request):
     env.state["phases"].requests(request.node.name.removeprefix("test_").replace("_", " "), counter.take())
 
 
-class Controller:
-    """Both sides as processes; their logs are shown when a wait fails (output())."""
-
-    def __init__(self, env, images, directory: Path):
-        self.env, self.images, self.directory = env, images, directory
-        self.claims = ControllerProcess(
-            env, directory / "claims", "--controllers", "claims", "--infra-namespaces", INFRA_NAMESPACE
-        )
-        self.provisioner = None
-        try:
-            self.start_provisioner()
-        except BaseException:
-            self.claims.stop()
-            raise
-
-    def start_provisioner(self, *options: str) -> None:
-        """(Re)start the provisioner side with `options` beside the media ones (an operator's config change)."""
-        if self.provisioner is not None:
-            self.provisioner.stop()
-        self.provisioner = ControllerProcess(
-            self.env,
-            self.directory / f"provisioner-{time.monotonic_ns()}",
-            *("--controllers", "provisioner", "--infra-namespaces", INFRA_NAMESPACE),
-            *("--deploy-iso-url", self.images["deploy_iso_url"]),
-            *("--media-dir", self.env.state["vms"]["media_dir"], "--media-url", self.env.state["vms"]["media_url"]),
-            *options,
-            kubeconfig_identity="provisioner",
-        )
-
-    def output(self) -> str:
-        return f"claim side:\n{self.claims.output()}\nprovisioner side:\n{self.provisioner.output()}"
-
-    def stop(self) -> None:
-        for side in (self.provisioner, self.claims):
-            if side is not None:
-                side.stop()
-
-
 @pytest.fixture(scope="module")
 def controller(env, images, tmp_path_factory):
     started = time.monotonic()
@@ -138,65 +110,6 @@ def controller(env, images, tmp_path_factory):
         yield sides
     finally:
         sides.stop()
-
-
-def host_name(index: int) -> str:
-    return f"bm-{index:02d}"
-
-
-def vm_of(env, host: str) -> dict:
-    return env.state["vms"]["systems"][int(host.rsplit("-", 1)[1])]
-
-
-def read(api, kind: str, identity: str, name: str, namespace: str) -> dict | None:
-    try:
-        return api(kind, identity).get(name=name, namespace=namespace).to_dict()
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-
-
-def host_status(api, host: str) -> dict:
-    return (read(api, "BareMetalHost", "infra", host, INFRA_NAMESPACE) or {}).get("status") or {}
-
-
-def host_state(api, host: str) -> str:
-    return (host_status(api, host).get("provisioning") or {}).get("state", "")
-
-
-def claim_condition(api, claim: str, kind: str) -> dict:
-    claim_object = read(api, "HostClaim", TENANT, claim, TENANT_NAMESPACE) or {}
-    conditions = (claim_object.get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c["type"] == kind), {})
-
-
-def condition_once(api, claim: str, kind: str, **expected) -> dict | None:
-    """The claim's condition of that type once its fields have the expected values, else None."""
-    condition = claim_condition(api, claim, kind)
-    return condition if all(condition.get(field) == value for field, value in expected.items()) else None
-
-
-def claim_error(api, claim: str) -> dict:
-    """The claim's Provisioned condition once it shows its host's provisioning error (the claim side follows the
-    host's status change within seconds)."""
-
-    def shown() -> dict | None:
-        condition = claim_condition(api, claim, "Provisioned")
-        return (
-            condition if (condition.get("status"), condition.get("reason")) == ("False", "provisioningError") else None
-        )
-
-    return eventually(shown, timeout=60, message=f"Provisioned=False provisioningError on {claim}")
-
-
-def claim_host(api, claim: str) -> str | None:
-    """The host whose consumerRef is the claim (the one truth about a binding), as the infra team sees it."""
-    for host in api("BareMetalHost", "infra").get(namespace=INFRA_NAMESPACE).items:
-        consumer = (host.to_dict().get("spec") or {}).get("consumerRef") or {}
-        if consumer.get("name") == claim and consumer.get("namespace") == TENANT_NAMESPACE:
-            return host.metadata.name
-    return None
 
 
 def claim_name(index: int) -> str:
