@@ -18,14 +18,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CRDS = ("metal3.io_hostclaims.yaml", "metal3.io_hostclaimsets.yaml", "metal3.io_hostdeploypolicies.yaml")
 CRDS += ("metal3.io_hostcatalogs.yaml",)
 CRDS += ("metal3.io_baremetalhosts.yaml",)
-CRDS += ("metal3.io_hardwaredata.yaml", "tenancy.metalclaim.io_tenants.yaml")
+CRDS += ("metal3.io_hardwaredata.yaml", "metal3.io_hostfirmwaresettings.yaml", "tenancy.metalclaim.io_tenants.yaml")
 OUTPUT = ROOT / "docs" / "crd-reference.md"
 HEADER = """# CRD reference
 
 Generated from `config/crd/` by `hack/crd-reference.py` (do not edit by hand; `tests/unit/test_docs.py` fails
-when this file and the CRDs disagree). The first five kinds are `metal3.io/v1alpha1`: `HostClaim`,
+when this file and the CRDs disagree). Every kind but the last is `metal3.io/v1alpha1`: `HostClaim`,
 `HostClaimSet` and `HostDeployPolicy` are this project's (a set's `spec.template.spec` is a HostClaim's `spec`, not
-repeated here); `BareMetalHost` and `HardwareData` follow Metal3's baremetal-operator
+repeated here); `BareMetalHost`, `HardwareData` and `HostFirmwareSettings` follow Metal3's baremetal-operator
 (on a cluster that already runs Metal3, its own CRDs are used: see the operator guide). `Tenant`
 (`tenancy.metalclaim.io/v1alpha1`, cluster-scoped) is the infrastructure team's onboarding object.
 

@@ -44,6 +44,7 @@ CRD_FILES = {
     "HostDeployPolicy": "metal3.io_hostdeploypolicies.yaml",
     "BareMetalHost": "metal3.io_baremetalhosts.yaml",
     "HardwareData": "metal3.io_hardwaredata.yaml",
+    "HostFirmwareSettings": "metal3.io_hostfirmwaresettings.yaml",
 }
 EXPECTED_NAMES = {
     "HostClaim": ("hostclaims", ["hc"]),
@@ -52,6 +53,7 @@ EXPECTED_NAMES = {
     "HostDeployPolicy": ("hostdeploypolicies", ["hdp"]),
     "BareMetalHost": ("baremetalhosts", ["bmh", "bmhost"]),
     "HardwareData": ("hardwaredata", ["hd"]),
+    "HostFirmwareSettings": ("hostfirmwaresettings", ["hfs"]),
 }
 
 

@@ -20,6 +20,10 @@ IN_USE_ANNOTATION = "provisioner.metalclaim.io/in-use"
 # prefers it for disk images.
 WARM_ANNOTATION = "provisioner.metalclaim.io/warm"
 
+# A host's firmware (BIOS) settings: the claim layer writes spec.settings, the provisioner status (same name and
+# namespace as the BareMetalHost).
+FIRMWARE_SETTINGS_KIND = "HostFirmwareSettings"
+
 # The data Secrets a claim (and a host) references, in the order the guide lists them.
 DATA_ROLES = ("userData", "metaData", "networkData")
 

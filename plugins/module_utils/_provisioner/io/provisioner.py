@@ -34,7 +34,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import StepFailure
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.run import bounded_map
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
+    API_VERSION,
+    DATA_ROLES,
+    FIRMWARE_SETTINGS_KIND,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.configdrive import (
     PYCDLIB_IMPORT_ERROR,
@@ -45,7 +49,12 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     RedfishClient,
     RedfishError,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import host_diff, machine, warm
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import (
+    firmware,
+    host_diff,
+    machine,
+    warm,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import media_protocol as protocol
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
     BmcAddressError,
@@ -413,7 +422,7 @@ def _observe_host(work: _Work, options: Options, connections: Connections) -> No
         return  # paused, detached, unregistered or being removed: no BMC, no Secret
     work.bmc = connections.open(work.kube, host, work.ctx)
     try:
-        work.observed = _observe(host, work.bmc, work.ctx, options)
+        work.observed = _observe(work.kube, host, work.bmc, work.ctx, options)
     except RedfishError as error:
         if work.bmc is not None:
             work.bmc.failed()
@@ -435,6 +444,8 @@ def _finish_host(work: _Work, options: Options, check_mode: bool, fleet: Fleet) 
         return
     if written is not host:
         fleet.follow(_key(host), written)
+    if step.firmware_status and not check_mode:
+        _write_firmware_status(work, step.firmware_status, result)
     if step.event and step.finalizer != "remove" and not check_mode:
         try:
             record_event(work.kube, written, *step.event, work.timestamp, check_mode)
@@ -450,6 +461,17 @@ def _finish_host(work: _Work, options: Options, check_mode: bool, fleet: Fleet) 
         result["skipped"] = step.skipped
     if step.status.get("operationalStatus") == "error":
         result["error"] = step.status["errorMessage"]
+
+
+def _write_firmware_status(work: _Work, status: dict, result: dict) -> None:
+    """The BIOS attributes read back, into the HostFirmwareSettings' status (the claim layer reports them)."""
+    hfs = (work.observed.get(firmware.FIRMWARE) or {}).get("hfs")
+    if hfs is None:
+        return
+    try:
+        work.kube.patch_status(hfs, status)
+    except KubeError as error:  # a report: the next read writes it again
+        result["firmware_error"] = str(error)
 
 
 def _credentials(kube, host: dict, ctx: machine.Context) -> dict:
@@ -479,7 +501,7 @@ def _credentials(kube, host: dict, ctx: machine.Context) -> dict:
     return {key: base64.b64decode(data[key]).decode("utf-8", "replace").strip() for key in ("username", "password")}
 
 
-def _observe(host: dict, bmc: _Bmc | None, ctx: machine.Context, options: Options) -> dict:
+def _observe(kube, host: dict, bmc: _Bmc | None, ctx: machine.Context, options: Options) -> dict:
     observed: dict = {}
     for need in machine.observations(host, ctx):
         if need in (machine.PROBE, machine.POWER, machine.BOOT, machine.MEDIA, machine.INVENTORY) and bmc is None:
@@ -499,7 +521,27 @@ def _observe(host: dict, bmc: _Bmc | None, ctx: machine.Context, options: Option
             observed[need] = _callback(options, machine.operation(host).get("token", ""))
         elif need == machine.WARM_ACK:
             observed[need] = _callback(options, machine.operation(host).get("warm", ""))
+        elif need == firmware.FIRMWARE:
+            observed[need] = _firmware(kube, host, bmc)
     return observed
+
+
+def _firmware(kube, host: dict, bmc: _Bmc | None) -> dict:
+    """The host's HostFirmwareSettings and, only when something is asked for or to be put back, its BIOS."""
+    namespace, name = _key(host)
+    hfs = kube.get(API_VERSION, FIRMWARE_SETTINGS_KIND, name, namespace)
+    found = {"hfs": hfs, "current": None, "pending": None}
+    if not firmware.needs_bios(host, hfs):
+        return found
+    if bmc is None:
+        raise _no_connection()
+    try:
+        found["current"], found["pending"] = bmc.client.bios()
+    except RedfishError as error:
+        if error.kind not in ("unsupported", "not-found"):
+            raise
+        found["unsupported"] = "the BMC exposes no BIOS settings"
+    return found
 
 
 def _callback(options: Options, token: str) -> dict | None:
@@ -535,7 +577,7 @@ def _carry_out(kube, host: dict, step: machine.Step, bmc: _Bmc | None, ctx: mach
     try:
         for action in step.actions:
             verb = action[0]
-            if verb in ("power", "insert", "eject", "boot_once", "clear_boot") and bmc is None:
+            if verb in ("power", "insert", "eject", "boot_once", "clear_boot", "bios") and bmc is None:
                 raise _no_connection()
             if verb == "power":
                 bmc.client.set_power(action[1])
@@ -547,6 +589,8 @@ def _carry_out(kube, host: dict, step: machine.Step, bmc: _Bmc | None, ctx: mach
                 bmc.client.set_boot_once(target=action[1], mode=action[2])
             elif verb == "clear_boot":
                 bmc.client.clear_boot_override()
+            elif verb == "bios":
+                bmc.client.set_bios(action[1])
             elif verb == "publish":
                 erase, wait = (*action[3:], None, None)[:2]
                 _publish(kube, host, action[1], action[2], options, erase=erase, wait=wait)
@@ -764,6 +808,8 @@ def _describe_action(action: tuple) -> str:
         return " ".join(str(a) for a in action)
     if verb in ("insert", "eject"):
         return f"{verb} {action[1]}"
+    if verb == "bios":
+        return "bios " + ",".join(sorted(action[1]))
     return verb
 
 

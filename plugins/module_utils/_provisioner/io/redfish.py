@@ -297,6 +297,23 @@ class RedfishClient:
                 )
         return hardware_from_redfish(system.json, **sections)
 
+    def bios(self) -> tuple[dict, dict]:
+        """(current, pending) BIOS attributes as text: the ones in effect, and the ones the BMC applies at the next
+        boot (its Settings object; the emulator applies a change at once, so there both agree). Two GETs."""
+        with self._failures("reading the BIOS attributes"):
+            bios = self._get_system().bios
+            _reread(bios)
+            pending = bios.pending_attributes or {}
+            return _texts(bios.attributes), _texts(pending)
+
+    def set_bios(self, attributes: dict) -> None:
+        """Ask for these BIOS attributes at the next boot (one PATCH of the Settings object)."""
+        names = ", ".join(sorted(attributes))
+        with self._failures(f"setting BIOS attributes {names}"):
+            bios = self._get_system().bios
+            bios.set_attributes(dict(attributes))
+            bios.invalidate()
+
     def media(self, device: str = MEDIA_CD) -> dict:
         """{"inserted": bool, "image": URL or None} of the virtual media `device` ("cd" or "config")."""
         _check_device(device)
@@ -450,6 +467,11 @@ def _reread(resource) -> None:
     """
     resource.invalidate()
     resource.refresh(force=False)
+
+
+def _texts(attributes) -> dict:
+    # BIOS attributes come as JSON strings, numbers or booleans; settings compare as text (firmware.as_text).
+    return {str(k): ("true" if v is True else "false" if v is False else str(v)) for k, v in (attributes or {}).items()}
 
 
 def _check_device(device: str) -> None:

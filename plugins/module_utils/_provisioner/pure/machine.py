@@ -29,7 +29,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     REBOOT_ANNOTATION,
     WARM_ANNOTATION,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import defaults
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import defaults, firmware
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import media_url
 
 # Metal3 provisioning states, by name (each one of metal3.STATES).
@@ -136,6 +136,7 @@ class Step:
     annotations: dict = field(default_factory=dict)  # annotation changes; None removes one
     finalizer: str = ""  # "add", "remove" or ""
     hardware: dict | None = None  # write HardwareData with this
+    firmware_status: dict | None = None  # write the HostFirmwareSettings' status with this (firmware.py)
     event: tuple | None = None  # (type, reason, message) recorded on the host
     requeue_after: float | None = None  # when to look again, in seconds
     poll_after: float | None = None  # settled: read the BMC again after this long anyway (power drifts)
@@ -296,6 +297,7 @@ def observations(host: dict, ctx: Context) -> tuple:
             needs.append(CALLBACK)
         if op.get("warm") and not op.get("taken"):
             needs.append(WARM_ACK)
+        needs.append(firmware.FIRMWARE)
     elif op.get("kind") == WARM:
         needs += [BOOT, MEDIA]  # what a warm host gives up when it cools: the deploy ISO and its boot override
     return tuple(needs)
@@ -703,9 +705,27 @@ def _provisioning(host: dict, observed: dict, ctx: Context) -> Step:
         _withdraw_all(operation(host), step)
         # The host already holds a concurrency slot: deprovisioning it needs no other.
         return _ok(_start_deprovisioning(host, step, dataclasses.replace(ctx, slot_free=True), "image removed"), host)
+    held = _firmware(host, firmware.provisioning(host, observed.get(firmware.FIRMWARE), ctx.now), ctx, step)
+    if held is not None:
+        return held
     if image.get("format") == LIVE_ISO:
         return _provision_live_iso(host, image, observed, ctx, step)
     return _provision_disk(host, image, observed, ctx, step)
+
+
+def _firmware(host: dict, plan: firmware.Plan, ctx: Context, step: Step) -> Step | None:
+    """The firmware's part of a (de)provisioning step, first of its actions; a Step when it ends the step."""
+    if plan.problem:
+        failure = failed(host, plan.problem, ctx, error_type=PROVISIONING_ERROR)
+        failure.firmware_status = plan.status
+        return failure
+    step.actions += plan.actions
+    step.annotations.update(plan.annotations)
+    step.firmware_status = plan.status
+    if plan.hold:  # the infrastructure's defaults are recorded in a write of their own, before any change
+        step.requeue_after = 0
+        return _ok(step, host)
+    return None
 
 
 def _boot_mode(host: dict) -> str:
@@ -952,6 +972,9 @@ def _deprovisioning(host: dict, observed: dict, ctx: Context) -> Step:
         _withdraw_all(op, step)
         step.annotations.update({OPERATION_ANNOTATION: None, WARM_ANNOTATION: None})
         op = {}
+    held = _firmware(host, firmware.deprovisioning(host, observed.get(firmware.FIRMWARE), ctx.now), ctx, step)
+    if held is not None:
+        return held
     if cleaning_wanted(host) and ctx.settings.deploy_iso_url and not op.get("cleaned"):
         return _clean(host, op, observed, ctx, step)
     if op.get("wait"):
