@@ -26,7 +26,13 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
     error_detail,
     with_finalizer,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, failures, lease, reuse
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import (
+    binding,
+    failures,
+    firmware,
+    lease,
+    reuse,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.booking import REASONS as BOOKED
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import locked_claim
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
@@ -76,7 +82,10 @@ def bind_claims(run) -> dict:
         siblings = kube.held(API_VERSION, "HostClaim") if binding.spread_key(claim) else []  # a set's members
         spread = binding.spread_counts(claim, current_hosts, siblings)
         now = leases.now_of(run)
-        plan = binding.plan(claim, current_hosts, authorized, labels, held, annotations, caps, now, spread=spread)
+        allowed = firmware.allowances(policies, decisions)
+        plan = binding.plan(
+            claim, current_hosts, authorized, labels, held, annotations, caps, now, spread, firmware_allowed=allowed
+        )
         results.append(_commit(run, plan, hosts_by_key))
         collided = results[-1]["action"] == "conflict" or results[-1].get("reason") == BINDING_ELSEWHERE
         if collided and pending:

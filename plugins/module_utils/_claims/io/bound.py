@@ -29,7 +29,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.ru
     step_each,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import ERROR
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, limits
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, firmware, limits
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.metadata import copy_rules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
     SYNCED,
@@ -50,7 +50,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metadata import CopyRules
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION, DATA_ROLES
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
+    API_VERSION,
+    DATA_ROLES,
+    FIRMWARE_SETTINGS_KIND,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 
 SECRETS = "secrets"
@@ -90,10 +94,11 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict)
     namespace, name = binding.key(claim)
     host_ns, host_name = binding.key(host)
     result = {"namespace": namespace, "name": name, "host": f"{host_ns}/{host_name}", "changed": False}
-    authorized_namespaces, _decisions = evaluate_policies(policies, namespace, labels.get(namespace, {}))
+    authorized_namespaces, decisions = evaluate_policies(policies, namespace, labels.get(namespace, {}))
     authorized = host_ns in authorized_namespaces
     rules = copy_rules(policies, host_ns, namespace, labels.get(namespace, {})) if SYNC in parts else CopyRules()
     sync = _plan_sync(claim, host, authorized, rules)
+    hfs_write = _firmware(run, claim, host, sync, firmware.allowances(policies, decisions)) if SYNC in parts else None
     copies_plan = None
     if SECRETS in parts:
         copies_plan = plan_copies(claim, host, _sources(run, claim))
@@ -108,6 +113,15 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict)
     ):
         return result
 
+    if hfs_write is not None:  # before the host's image and online: its provisioner finds them when it starts
+        before, after = hfs_write
+        result["changed"] = True
+        if not run.check_mode:
+            if before is None:
+                run.kube.create(after)
+            else:
+                run.kube.replace(after)
+        run.record(FIRMWARE_SETTINGS_KIND, before, after)
     new_host = copy.deepcopy(host)
     if SYNC in parts:
         new_host["spec"] = sync.host_spec
@@ -149,6 +163,25 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict)
     if rules.problems:
         result["metadata_copy_problems"] = rules.problems
     return result
+
+
+def _firmware(run, claim: dict, host: dict, sync, allowances: dict) -> tuple[dict | None, dict] | None:
+    """The claim's firmware settings for its host: (HostFirmwareSettings before, after) to write, or None; what the
+    provisioner read back goes into the claim's status (sync.updates). Settings the host's policies no longer allow
+    are left out, and said (sync.failures). A claim that never asked costs no request."""
+    if not firmware.involved(claim):
+        return None
+    host_ns, host_name = binding.key(host)
+    settings = firmware.asked(claim)
+    allowed = allowances.get(host_ns) or {}
+    kept = {name: value for name, value in settings.items() if value in allowed.get(name, ())}
+    for name in sorted(set(settings) - set(kept)):
+        message = f"spec.firmware.settings: {name}={settings[name]!r} is no longer allowed on this host"
+        sync.failures.append((firmware.NOT_ALLOWED, message))
+    hfs = run.kube.get(API_VERSION, FIRMWARE_SETTINGS_KIND, host_name, host_ns)
+    sync.updates["firmware"] = {"settings": firmware.read_back(hfs, kept)} if settings else None
+    after = firmware.desired(hfs, host, kept)
+    return None if after is None else (hfs, after)
 
 
 def _plan_sync(claim: dict, host: dict, authorized: bool, rules: CopyRules):

@@ -10,7 +10,7 @@ import copy
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io import reuse as reuse_io
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.leases import now_of
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, reuse
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, firmware, reuse
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.release import scrubbed_spec
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.secrets import (
     copied_secret_name,
@@ -18,6 +18,10 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
     refused_as_no_copy,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import RefusedError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
+    API_VERSION,
+    FIRMWARE_SETTINGS_KIND,
+)
 
 
 def give_back_clean(run, host: dict, claim: dict | None) -> dict:
@@ -44,6 +48,14 @@ def give_back_clean(run, host: dict, claim: dict | None) -> dict:
                     raise
         shown = {"metadata": {"name": name, "namespace": host_ns, "uid": record["uid"]}}
         run.record("Secret", shown, None, secret=True)
+    if firmware.involved(claim):  # no settings asked any more, before the scrub starts deprovisioning
+        hfs = kube.get(API_VERSION, FIRMWARE_SETTINGS_KIND, host_name, host_ns)
+        emptied = firmware.desired(hfs, host, {})
+        if emptied is not None:
+            result["changed"] = True
+            if not check_mode:
+                kube.replace(emptied)
+            run.record(FIRMWARE_SETTINGS_KIND, hfs, emptied)
     scrubbed = reuse.scrubbed(scrubbed_spec(host), offer)
     if scrubbed != host:
         result["changed"] = True

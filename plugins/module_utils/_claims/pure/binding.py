@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import booking, lease, reuse
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import booking, firmware, lease, reuse
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.claimsets import owner_set, spread_key
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.selectors import (
@@ -195,13 +195,15 @@ def plan(
     lease_caps: dict | None = None,
     now=None,
     spread: dict | None = None,
+    firmware_allowed: dict | None = None,
 ) -> Plan:
     """Decide for one claim, given every host the caller can see, the namespaces policies admit it to, the
     labels of the claim's namespace (its tenant: a host reserved for other tenants is never a candidate; its
     limit of bound hosts), how many hosts claims of that tenant hold now, the namespace's annotations (the
     verdicts of its tenant's blocking CLAIM_BOUND hooks, its host pools' selectors), and the lease caps of the
     admitted infra namespaces (lease.caps; None: no cap anywhere) with the run's time (a datetime), and for a member
-    of a set that spreads its claims, spread_counts (its candidates ranked by the set's hosts in their domain)."""
+    of a set that spreads its claims, spread_counts (its candidates ranked by the set's hosts in their domain), and
+    the firmware settings the admitted infra namespaces allow (firmware.allowances)."""
     spec = claim.get("spec") or {}
     status = claim.get("status") or {}
     if claim["metadata"].get("deletionTimestamp"):
@@ -253,6 +255,13 @@ def plan(
         if not fitting:
             reason, message = lease.refusal(wanted, [lease_caps.get(ns) for ns in allowed], now, tenant_cap)
             return Plan(claim, "refuse", reason=reason, message=message, stale_status=stale)
+        allowed = fitting
+    settings = firmware.asked(claim)
+    if settings:
+        fitting = firmware.fitting(settings, allowed, firmware_allowed)
+        if not fitting:
+            message = firmware.refusal(settings, allowed, firmware_allowed)
+            return Plan(claim, "refuse", reason=firmware.NOT_ALLOWED, message=message, stale_status=stale)
         allowed = fitting
 
     limit = max_bound_hosts(namespace_labels)

@@ -437,6 +437,8 @@ def _finish_host(work: _Work, options: Options, check_mode: bool, fleet: Fleet) 
     if not check_mode and work.failure is None:
         step = _carry_out(work.kube, host, step, work.bmc, work.ctx, options)
     result["redfish_requests"] = work.bmc.requests if work.bmc is not None else 0
+    if step.firmware_status and not check_mode:  # before the host: a claim run its write wakes finds it
+        _write_firmware_status(work, step.firmware_status, result)
     try:
         result["changed"], written = _write(work.kube, host, step, work.timestamp, check_mode, work.writes)
     except ConflictError as error:
@@ -444,8 +446,6 @@ def _finish_host(work: _Work, options: Options, check_mode: bool, fleet: Fleet) 
         return
     if written is not host:
         fleet.follow(_key(host), written)
-    if step.firmware_status and not check_mode:
-        _write_firmware_status(work, step.firmware_status, result)
     if step.event and step.finalizer != "remove" and not check_mode:
         try:
             record_event(work.kube, written, *step.event, work.timestamp, check_mode)

@@ -167,7 +167,7 @@ def test_provisioning_starts_with_an_image_and_online_and_waits_for_a_slot():
 
 def test_a_live_iso_is_inserted_booted_once_and_powered_then_confirmed():
     h = host(m.PROVISIONING, online=True, image=LIVE, status=GOOD)
-    assert set(m.observations(h, ctx())) == {m.POWER, m.BOOT, m.MEDIA}
+    assert set(m.observations(h, ctx())) == {m.POWER, m.BOOT, m.MEDIA, m.firmware.FIRMWARE}
     observed = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {"inserted": False}}}
     step = m.decide(h, observed, ctx())
     assert step.actions == [("insert", m.CD, LIVE["url"]), ("boot_once", "Cd", "UEFI"), ("power", "On")]
