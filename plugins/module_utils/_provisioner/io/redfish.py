@@ -24,11 +24,13 @@ try:
     from sushy import auth as sushy_auth
     from sushy import connector as sushy_connector
     from sushy import exceptions as sushy_exc
+    from sushy import utils as sushy_utils
+    from sushy.resources.system import bios as sushy_bios
 
     SUSHY_IMPORT_ERROR = None
 except ImportError:  # reported by the module through missing_required_lib
     SUSHY_IMPORT_ERROR = traceback.format_exc()
-    sushy = sushy_exc = sushy_auth = sushy_connector = requests = None
+    sushy = sushy_exc = sushy_auth = sushy_connector = sushy_utils = sushy_bios = requests = None
     HTTPAdapter = object
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
@@ -225,6 +227,7 @@ class RedfishClient:
         self._system = None
         self._system_unread = False  # fetched since the last state read: no need to fetch again
         self._media: dict = {}
+        self._bios = None  # the BIOS resource the last bios() read, for the set_bios() of the same step
 
     # -- public operations ----------------------------------------------------------------
     def probe(self) -> None:
@@ -299,20 +302,26 @@ class RedfishClient:
 
     def bios(self) -> tuple[dict, dict]:
         """(current, pending) BIOS attributes as text: the ones in effect, and the ones the BMC applies at the next
-        boot (its Settings object; the emulator applies a change at once, so there both agree). Two GETs."""
+        boot (its Settings object; the emulator applies a change at once, so there both agree). Two GETs: the BIOS
+        resource is made afresh (sushy's cached one would be fetched twice after a system re-read)."""
         with self._failures("reading the BIOS attributes"):
-            bios = self._get_system().bios
-            _reread(bios)
-            pending = bios.pending_attributes or {}
-            return _texts(bios.attributes), _texts(pending)
+            system = self._get_system()
+            path = sushy_utils.get_sub_resource_path_by(system, "Bios")
+            bios = sushy_bios.Bios(self._connect()._conn, path, redfish_version=system.redfish_version)
+            self._bios = bios
+            return _texts(bios.attributes), _texts(bios.pending_attributes or {})
 
     def set_bios(self, attributes: dict) -> None:
-        """Ask for these BIOS attributes at the next boot (one PATCH of the Settings object)."""
+        """Ask for these BIOS attributes at the next boot: one PATCH of the Settings object the last bios() read named
+        (a GET of the BIOS first, without one)."""
         names = ", ".join(sorted(attributes))
         with self._failures(f"setting BIOS attributes {names}"):
-            bios = self._get_system().bios
+            bios, self._bios = self._bios, None
+            if bios is None:
+                system = self._get_system()
+                path = sushy_utils.get_sub_resource_path_by(system, "Bios")
+                bios = sushy_bios.Bios(self._connect()._conn, path, redfish_version=system.redfish_version)
             bios.set_attributes(dict(attributes))
-            bios.invalidate()
 
     def media(self, device: str = MEDIA_CD) -> dict:
         """{"inserted": bool, "image": URL or None} of the virtual media `device` ("cd" or "config")."""
@@ -339,7 +348,7 @@ class RedfishClient:
                 self._auth.close()
         if self._connector is not None:
             self._connector.close()
-        self._auth = self._connector = self._root = self._system = None
+        self._auth = self._connector = self._root = self._system = self._bios = None
         self._media = {}
 
     def __enter__(self) -> RedfishClient:
