@@ -73,6 +73,7 @@ def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
             "metal3.io_hostdeploypolicies.yaml",
             "tenancy.metalclaim.io_tenants.yaml",
             "metal3.io_hardwaredata.yaml",  # metalclaim's own: still applied
+            "metal3.io_hostfirmwaresettings.yaml",
         ]
         [notice] = [
             i
