@@ -35,6 +35,12 @@ description:
     O(cleaning_erase) says (or C(full) where the host is annotated C(metalclaim.io/cleaning-erase: full)),
     each disk reported in the host's C(Cleaned) condition. Without a deploy ISO the host's C(Cleaned)
     condition says cleaning is unsupported (disks not wiped); it is never skipped silently."
+  - "Firmware: while a host provisions, the BIOS attributes its HostFirmwareSettings (same name) asks for in
+    C(spec.settings) are set where they differ, before the deploy or live ISO boots; the values they had are
+    first recorded in the host annotation C(provisioner.metalclaim.io/firmware-baseline) and put back while it
+    deprovisions, before the cleaning boot. The attributes read back go to the HostFirmwareSettings' status
+    (C(settings), conditions C(Valid) and C(ChangeDetected)). An attribute the BMC does not have is a
+    C(provisioning error) naming it. Hosts with nothing asked and nothing to put back cost no BIOS request."
   - "Errors set Metal3's error fields and back off exponentially (O(backoff_base) doubling up to
     O(backoff_cap)). C(baremetalhost.metal3.io/paused) stops all actions on a host,
     C(baremetalhost.metal3.io/detached) all BMC actions. At most O(max_concurrent) hosts provision
@@ -219,6 +225,10 @@ hosts:
       description: Why the step's Event could not be recorded; the step itself was carried out and written.
       type: str
       returned: when recording the Event failed
+    firmware_error:
+      description: Why the HostFirmwareSettings' status could not be written; the next step writes it again.
+      type: str
+      returned: when that write failed
     skipped:
       description: Why nothing was done (paused, detached, backing off).
       type: str

@@ -22,7 +22,9 @@ description:
     its namespace, its labels match C(matchLabels) and C(matchExpressions), and it is free: no
     C(consumerRef), not being deleted, not paused (C(baremetalhost.metal3.io/paused)), no error,
     provisioning state C(available) or C(ready). Hosts labelled C(topology.kubernetes.io/zone) equal
-    to the claim's C(failureDomain) come first."
+    to the claim's C(failureDomain) come first. A claim asking firmware settings (C(spec.firmware.settings))
+    is bound only where a policy of the host's namespace admitting it lists each setting with that value in
+    C(spec.firmware.allowedSettings); otherwise C(Association) says C(FirmwareSettingNotAllowed)."
   - The host's C(spec.consumerRef) is the truth. A host whose consumerRef names the claim is its
     host (recovery after a crash); a claim status naming any other host is cleared.
   - Binding is a two-phase commit. The host's consumerRef is written first, guarded by the host's

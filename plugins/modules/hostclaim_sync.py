@@ -28,6 +28,11 @@ description:
     host (taking it away would destroy the tenant's workload) and power requests still apply, but a new
     image (which would provision the host anew) is not applied; C(Synchronization) says
     C(AuthorizationRevoked). Deleting the claim releases the host as usual."
+  - "Firmware: a claim's C(spec.firmware.settings) still allowed by its host's policies are written to the host's
+    HostFirmwareSettings (same name and namespace, made when missing) before the host's C(image) and C(online);
+    C(status.firmware.settings) reports what the provisioner read back for those names. A setting no longer
+    allowed is left out and reported as C(FirmwareSettingNotAllowed) in C(Synchronization). A claim that never
+    asked for any costs no request."
   - "Host to claim: C(status.poweredOn), C(hostUID), C(lastUpdated), a non-secret C(hardware) summary
     (NIC names, MACs and IPs; CPU architecture, count and model; RAM; disk names and sizes) and the
     C(Provisioned) condition, whose reason is the host's provisioning state in lowerCamelCase
