@@ -31,12 +31,18 @@ MIB = 1024 * 1024
 # and files/metalclaim-image-writer).
 DEPLOY_MILESTONES = (
     ("firmware boots the deploy ISO", 'starting Boot0001 "UEFI QEMU DVD-ROM'),
+    ("GRUB starts the kernel", "Booting `metalclaim deploy'"),
     ("deploy ISO booted (init running)", "metalclaim-deploy: "),
+    ("root filesystem mounted", "metalclaim-deploy: root filesystem from"),
+    ("DHCP lease", "(router "),  # the udhcpc hook's "<interface> has <address> (router <gateway>)"
+    ("image writer started (init)", "metalclaim-deploy: starting the image writer"),
     ("image writer started", "metalclaim-image-writer: start"),
     ("image written", "metalclaim-image-writer: config-drive"),
     ("callback sent", "metalclaim-image-writer: callback: success reported"),
 )
 CLEANED_MILESTONE = ("cleaned", "metalclaim-image-writer: done: metadata cleaned")
+# libvirt's line in the VM's QEMU log as it starts QEMU: the power on, which the serial console does not show.
+POWER_ON_MILESTONE = ("power on", "starting up")
 # TCG: the deploy ISO boots in ~30 s, the write takes a few seconds; room for a busy machine and VMs at once.
 CALLBACK_TIMEOUT = 240
 # A request line of the emulator's access log (werkzeug's): "GET /redfish/v1/Systems/<uuid> HTTP/1.1".
@@ -221,6 +227,22 @@ class SerialWatch:
         self._thread.join()
         self._scan()
         return self.seen
+
+
+def power_on_watch(env: Devenv, system: dict) -> SerialWatch:
+    """When libvirt next starts the VM (a power on through Redfish), from its QEMU log."""
+    log = Path(env.state["vms"]["root"]) / "log" / "qemu" / f"{system['name']}.log"
+    return SerialWatch(log, (POWER_ON_MILESTONE,))
+
+
+def record_boot(phases: Phases, prefix: str, power_on: SerialWatch, seen: dict[str, float]) -> None:
+    """The deploy system's boot phase by phase from the power on (the Redfish steps before it left out):
+    "<prefix>: power on -> <milestone>" for each serial milestone seen."""
+    powered_on = power_on.stop().get(POWER_ON_MILESTONE[0])
+    if powered_on is None:
+        return
+    for name, at in sorted(seen.items(), key=lambda item: item[1]):
+        phases.record(f"{prefix}: power on -> {name}", powered_on, at)
 
 
 def partition_table(path: Path) -> dict | None:

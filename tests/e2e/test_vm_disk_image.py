@@ -29,8 +29,10 @@ from metalclaim_dev.vmenv import (
     SerialWatch,
     check_disk_holds_the_image_and_config_drive,
     partition_table,
+    power_on_watch,
     publish_images,
     read_at,
+    record_boot,
     signatures,
     vm_environment,
     vm_site,
@@ -185,6 +187,7 @@ def test_a_wrong_checksum_fails_cleanly_then_the_fixed_claim_boots_its_disk_imag
     # The tenant fixes the checksum: the retry (after the backoff) deploys; the VM boots from its disk.
     site.patch_claim("disk", {"spec": {"image": media["image"]}})
     serial = SerialWatch(serial_log(vm_env), (*DEPLOY_MILESTONES, ("marker", DISK_MARKER)))
+    power_on = power_on_watch(vm_env, vm(vm_env))
     started = time.monotonic()
     drive(site, options, lambda: site.state(HOST) == "provisioned", "provisioned")
     provisioned_at = time.monotonic()
@@ -196,6 +199,7 @@ def test_a_wrong_checksum_fails_cleanly_then_the_fixed_claim_boots_its_disk_imag
     phases.record("deploy: host provisioned", started, provisioned_at)
     phases.record("deploy: marker from the disk", started, seen.get("marker"))
     phases.record("deploy: reboot (provisioned -> marker)", provisioned_at, seen.get("marker"))
+    record_boot(phases, "deploy", power_on, seen)
     condition = claim_condition(site, "disk", "Provisioned")
     assert condition["status"] == "True", condition
     assert not host_error(site)[0]
@@ -219,7 +223,8 @@ def test_deprovisioning_cleans_the_disk_and_a_second_tenant_provisions(vm_env, s
         handle.seek(2048 * 512)
         handle.write(DISK_MARKER.encode())
     assert partition_table(data_disk) is not None
-    serial = SerialWatch(serial_log(vm_env), (CLEANED_MILESTONE,))
+    serial = SerialWatch(serial_log(vm_env), (*DEPLOY_MILESTONES[:-2], CLEANED_MILESTONE))
+    power_on = power_on_watch(vm_env, vm(vm_env))
     started = time.monotonic()
     site.api("HostClaim", identity="tenant-a").delete(name="disk", namespace=TENANT)
     drive(
@@ -228,7 +233,9 @@ def test_deprovisioning_cleans_the_disk_and_a_second_tenant_provisions(vm_env, s
         lambda: site.state(HOST) == "available" and site.read_claim("disk") is None,
         "deprovisioned and released",
     )
-    vm_env.state["phases"].record("deprovision: disk cleaned (writer)", started, serial.stop().get("cleaned"))
+    seen = serial.stop()
+    vm_env.state["phases"].record("deprovision: disk cleaned (writer)", started, seen.get("cleaned"))
+    record_boot(vm_env.state["phases"], "cleaning", power_on, seen)
     vm_env.state["phases"].record("deprovision with metadata cleaning -> available", started)
     host = site.read(HOST)
     cleaned = next(c for c in host["status"]["conditions"] if c["type"] == "Cleaned")
