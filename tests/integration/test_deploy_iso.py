@@ -85,6 +85,10 @@ def test_the_root_filesystem_has_the_writer_and_its_tools(iso_tree, root_listing
     assert writer.stdout == WRITER.read_bytes()  # the writer of this checkout, not another version
     init = _run("unsquashfs", "-cat", squashfs, "usr/sbin/metalclaim-deploy-init")
     assert b"metalclaim-image-writer --work-dir" in init.stdout and b"udhcpc" in init.stdout
+    # PID 1 and the DHCP hook run under the deploy system's /bin/sh (dash): a syntax error would only show at boot.
+    hook = _run("unsquashfs", "-cat", squashfs, "etc/metalclaim-udhcpc")
+    for script in (init.stdout, hook.stdout):
+        _run("dash", "-n", input=script)
 
 
 def test_the_initramfs_reaches_the_cd_and_mounts_the_root_filesystem(iso_tree):
