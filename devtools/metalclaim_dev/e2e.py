@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import time
+import types
 from pathlib import Path
 
+from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
 
 from metalclaim_dev.controllerproc import ControllerProcess
-from metalclaim_dev.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES
+from metalclaim_dev.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, host_inventory
 from metalclaim_dev.support import eventually
 
 TENANT = "tenant-a"
@@ -113,3 +116,35 @@ def claim_host(api, claim: str) -> str | None:
         if consumer.get("name") == claim and consumer.get("namespace") == TENANT_NAMESPACE:
             return host.metadata.name
     return None
+
+
+def infra_objects(env) -> list[dict]:
+    """What the infra team applies for the VM fleet: BMC Secrets and BareMetalHosts (metadata cleaning), and the
+    guide's policy admitting the tenant's namespace."""
+    fleet = types.SimpleNamespace(
+        username=env.state["redfish"]["username"],
+        password=Path(env.state["redfish"]["password_file"]).read_text().strip(),
+        systems=[types.SimpleNamespace(**system) for system in env.state["vms"]["systems"]],
+    )
+    inventory = host_inventory(fleet)
+    for item in inventory:
+        if item["kind"] == "BareMetalHost":
+            item["spec"]["automatedCleaningMode"] = "metadata"
+    policy = {
+        "apiVersion": METAL3,
+        "kind": "HostDeployPolicy",
+        "metadata": {"name": "policy", "namespace": INFRA_NAMESPACE},
+        "spec": {"hostclaimNamespaces": {"names": [TENANT_NAMESPACE]}},
+    }
+    return [*inventory, policy]
+
+
+def api_as(env, *identities: str):
+    """api(kind, identity, api_version) -> the dynamic client's resource, as that identity (one of `identities`)."""
+    clients = {
+        identity: DynamicClient(kube_config.new_client_from_config(config_file=env.kubeconfig(identity)))
+        for identity in identities
+    }
+    return lambda kind, identity, api_version=METAL3: clients[identity].resources.get(
+        api_version=api_version, kind=kind
+    )

@@ -17,20 +17,18 @@ from __future__ import annotations
 import datetime
 import os
 import time
-import types
 from pathlib import Path
 
 import pytest
-from kubernetes import config as kube_config
-from kubernetes.dynamic import DynamicClient
 
-from metalclaim_dev.devenv.env import INFRA_NAMESPACE, host_inventory
+from metalclaim_dev.devenv.env import INFRA_NAMESPACE
 from metalclaim_dev.devenv.vms import GUEST_GATEWAY
 from metalclaim_dev.e2e import (
     METAL3,
     TENANT,
     TENANT_NAMESPACE,
     Controller,
+    api_as,
     claim_condition,
     claim_error,
     claim_host,
@@ -38,6 +36,7 @@ from metalclaim_dev.e2e import (
     host_name,
     host_state,
     host_status,
+    infra_objects,
     read,
     vm_of,
 )
@@ -84,13 +83,7 @@ def images(env) -> dict:
 @pytest.fixture(scope="module")
 def api(env):
     """api(kind, identity, api_version) -> the dynamic client's resource, as that identity."""
-    clients = {
-        identity: DynamicClient(kube_config.new_client_from_config(config_file=env.kubeconfig(identity)))
-        for identity in ("infra", TENANT)
-    }
-    return lambda kind, identity, api_version=METAL3: clients[identity].resources.get(
-        api_version=api_version, kind=kind
-    )
+    return api_as(env, "infra", TENANT)
 
 
 @pytest.fixture(autouse=True)
@@ -127,24 +120,9 @@ def label(host: str, phase: str) -> str:
 def test_infra_registers_the_vms_and_they_are_inspected(env, api, controller):
     """As infra: BMC Secrets and BareMetalHosts (metadata cleaning), the guide's policy; the provisioner side
     registers and inspects every VM until available, its HardwareData as libvirt reports the VM."""
-    password = Path(env.state["redfish"]["password_file"]).read_text().strip()
-    fleet = types.SimpleNamespace(
-        username=env.state["redfish"]["username"],
-        password=password,
-        systems=[types.SimpleNamespace(**system) for system in env.state["vms"]["systems"]],
-    )
-    inventory = host_inventory(fleet)
-    for item in inventory:
-        if item["kind"] == "BareMetalHost":
-            item["spec"]["automatedCleaningMode"] = "metadata"
-    policy = {
-        "apiVersion": METAL3,
-        "kind": "HostDeployPolicy",
-        "metadata": {"name": "policy", "namespace": INFRA_NAMESPACE},
-        "spec": {"hostclaimNamespaces": {"names": [TENANT_NAMESPACE]}},
-    }
+    objects = infra_objects(env)
     started = time.monotonic()
-    env.apply("infra", [*inventory, policy])
+    env.apply("infra", objects)
     hosts = [host_name(index) for index in range(VMS)]
     eventually(
         lambda: all(host_state(api, host) == "available" for host in hosts),

@@ -12,25 +12,24 @@ from __future__ import annotations
 
 import os
 import time
-import types
 from pathlib import Path
 
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import WARM_ANNOTATION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import warm
-from kubernetes import config as kube_config
-from kubernetes.dynamic import DynamicClient
 
-from metalclaim_dev.devenv.env import INFRA_NAMESPACE, host_inventory
+from metalclaim_dev.devenv.env import INFRA_NAMESPACE
 from metalclaim_dev.e2e import (
     METAL3,
     TENANT,
     TENANT_NAMESPACE,
     Controller,
+    api_as,
     claim_condition,
     claim_host,
     host_name,
     host_status,
+    infra_objects,
     read,
     vm_of,
 )
@@ -66,13 +65,7 @@ def images(env) -> dict:
 
 @pytest.fixture(scope="module")
 def api(env):
-    clients = {
-        identity: DynamicClient(kube_config.new_client_from_config(config_file=env.kubeconfig(identity)))
-        for identity in ("admin", "infra", TENANT)
-    }
-    return lambda kind, identity, api_version=METAL3: clients[identity].resources.get(
-        api_version=api_version, kind=kind
-    )
+    return api_as(env, "admin", "infra", TENANT)
 
 
 @pytest.fixture(autouse=True)
@@ -165,22 +158,7 @@ def release(env, api, controller, names: list[str], phase: str, warm_expected: i
 
 
 def test_infra_registers_the_vms_with_a_warm_pool(env, api, controller):
-    password = Path(env.state["redfish"]["password_file"]).read_text().strip()
-    fleet = types.SimpleNamespace(
-        username=env.state["redfish"]["username"],
-        password=password,
-        systems=[types.SimpleNamespace(**system) for system in env.state["vms"]["systems"]],
-    )
-    inventory = host_inventory(fleet)
-    for item in inventory:
-        if item["kind"] == "BareMetalHost":
-            item["spec"]["automatedCleaningMode"] = "metadata"
-    policy = {
-        "apiVersion": METAL3,
-        "kind": "HostDeployPolicy",
-        "metadata": {"name": "policy", "namespace": INFRA_NAMESPACE},
-        "spec": {"hostclaimNamespaces": {"names": [TENANT_NAMESPACE]}},
-    }
+    objects = infra_objects(env)
     # The infrastructure team's opt-in: every host of the namespace may stay warm.
     api("Namespace", "admin", "v1").patch(
         body={"metadata": {"annotations": {warm.POOL_ANNOTATION: str(VMS)}}},
@@ -188,7 +166,7 @@ def test_infra_registers_the_vms_with_a_warm_pool(env, api, controller):
         content_type="application/merge-patch+json",
     )
     started = time.monotonic()
-    env.apply("infra", [*inventory, policy])
+    env.apply("infra", objects)
     eventually(
         lambda: all(
             (host_status(api, host_name(i)).get("provisioning") or {}).get("state") == "available" for i in range(VMS)

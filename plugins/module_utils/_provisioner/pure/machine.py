@@ -993,11 +993,16 @@ def _deprovisioning(host: dict, observed: dict, ctx: Context) -> Step:
     for name in (OPERATION_ANNOTATION, IN_USE_ANNOTATION):
         if name in annotations_of(host):
             step.annotations[name] = None
+    return _ok(_deprovisioned(host, op, ctx, step), host)
+
+
+def _deprovisioned(host: dict, op: dict, ctx: Context, step: Step, note: str = "") -> Step:
+    """Deprovisioning ends: available, with the Cleaned condition and the history's end."""
     step.status["provisioning"] = {"state": AVAILABLE}
     step.status["operationHistory"] = _history(host, "deprovision", end=ctx.now)
     step.status["conditions"] = _cleaned_condition(host, op, ctx)
     message = conditions.find(step.status["conditions"], CLEANED_CONDITION)["message"]
-    return _ok(_transition(host, step, AVAILABLE, "Deprovisioned", f"deprovisioned; {message}"), host)
+    return _transition(host, step, AVAILABLE, "Deprovisioned", f"deprovisioned; {message}{note}")
 
 
 def _deprovisioned_warm(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> Step:
@@ -1010,11 +1015,7 @@ def _deprovisioned_warm(host: dict, op: dict, observed: dict, ctx: Context, step
     step.annotations[WARM_ANNOTATION] = ctx.now
     if IN_USE_ANNOTATION in annotations_of(host):
         step.annotations[IN_USE_ANNOTATION] = None
-    step.status["provisioning"] = {"state": AVAILABLE}
-    step.status["operationHistory"] = _history(host, "deprovision", end=ctx.now)
-    step.status["conditions"] = _cleaned_condition(host, op, ctx)
-    message = conditions.find(step.status["conditions"], CLEANED_CONDITION)["message"]
-    step = _transition(host, step, AVAILABLE, "Deprovisioned", f"deprovisioned; {message}; warm: its writer waits")
+    step = _deprovisioned(host, op, ctx, step, note="; warm: its writer waits")
     step.requeue_after = None
     return _ok(_polled(step, ctx), host)
 
