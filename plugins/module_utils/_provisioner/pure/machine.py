@@ -295,7 +295,7 @@ def observations(host: dict, ctx: Context) -> tuple:
         needs += [BOOT, MEDIA]
         if op.get("token"):
             needs.append(CALLBACK)
-        if op.get("warm") and not op.get("taken"):
+        if op.get("warm"):
             needs.append(WARM_ACK)
         needs.append(firmware.FIRMWARE)
     elif op.get("kind") == WARM:
@@ -581,10 +581,12 @@ def _available(host: dict, observed: dict, ctx: Context) -> Step:
             return step
         step.status["operationHistory"] = _history(host, "provision", start=ctx.now)
         step.status["lastAttemptedImage"] = {**image, "url": shown_url(image["url"])}
-        return _ok(
-            _transition(host, step, PROVISIONING, "ProvisioningStarted", f"provisioning {shown_url(image['url'])}"),
-            host,
-        )
+        step = _transition(host, step, PROVISIONING, "ProvisioningStarted", f"provisioning {shown_url(image['url'])}")
+        if operation(host).get("kind") == WARM:  # its writer waits: the job goes with the transition, a step sooner
+            job, _ = _hand_to_warm_writer(host, operation(host), image, observed, ctx, step)
+            step.annotations[OPERATION_ANNOTATION] = json.dumps(job, sort_keys=True)
+            step.requeue_after = 1
+        return _ok(step, host)
     in_use = _json_annotation(host, IN_USE_ANNOTATION)
     consumer_uid = _consumer_uid(host)
     if in_use and (not spec.get("online") or in_use.get("consumer") != consumer_uid):
@@ -835,12 +837,11 @@ def _warm_deploy(host: dict, op: dict, image: dict, observed: dict, ctx: Context
     if callback is not None:
         return _writer_finished(host, op, callback, observed, ctx, step, on_success=_deployed(image))
     why = ""
+    taken = observed.get(WARM_ACK) is not None  # a file the media server keeps: read each step, never recorded
     if observed.get(POWER) != "On":
         why = "its host was found powered off"
-    elif not op.get("taken"):
-        if observed.get(WARM_ACK) is not None:
-            op = {**op, "taken": ctx.now}
-        elif seconds_between(op["started"], ctx.now) > ctx.settings.warm_pickup_timeout:
+    elif not taken:
+        if seconds_between(op["started"], ctx.now) > ctx.settings.warm_pickup_timeout:
             why = f"did not take the job within {ctx.settings.warm_pickup_timeout:g}s"
     elif seconds_between(op["started"], ctx.now) > ctx.settings.callback_timeout:
         return _writer_failed(

@@ -110,26 +110,26 @@ def test_a_warm_host_wanted_for_a_live_iso_or_without_an_image_cools_first():
 
 def test_a_disk_image_on_a_warm_host_is_handed_to_its_writer_under_a_fresh_token():
     bound = warm_host(online=True, image=DISK, consumerRef=CONSUMER)
-    started = m.decide(bound, WARM_ON, ctx())
-    assert started.state == m.PROVISIONING and started.actions == []
-    provisioning = {**bound, "status": {**bound["status"], "provisioning": {"state": m.PROVISIONING}}}
-    assert m.WARM_ACK not in m.observations(provisioning, ctx())  # a warm operation is not a handed job yet
-    handed = m.decide(provisioning, WARM_ON, ctx())
-    assert handed.actions == [("publish", "deploy", JOB), ("handoff", WAIT, JOB)]  # no media, no boot, no power
+    handed = m.decide(bound, WARM_ON, ctx())
+    # The job goes with the transition: no media, no boot override, no power action.
+    assert handed.state == m.PROVISIONING
+    assert handed.actions == [("publish", "deploy", JOB), ("handoff", WAIT, JOB)]
     op = json.loads(handed.annotations[m.OPERATION_ANNOTATION])
-    assert (op["token"], op["warm"]) == (JOB, WAIT) and JOB != WAIT
+    assert (op["kind"], op["token"], op["warm"]) == ("deploy", JOB, WAIT) and JOB != WAIT
     assert handed.annotations[metal3.WARM_ANNOTATION] is None
     assert handed.requeue_after == 1
 
     in_flight = host(m.PROVISIONING, {m.OPERATION_ANNOTATION: json.dumps(op)}, online=True, image=DISK)
     assert m.WARM_ACK in m.observations(in_flight, ctx()) and m.CALLBACK in m.observations(in_flight, ctx())
-    taken = m.decide(in_flight, {**WARM_ON, m.WARM_ACK: {"status": "success"}, m.CALLBACK: None}, ctx(now=T1))
-    assert json.loads(taken.annotations[m.OPERATION_ANNOTATION])["taken"] == T1 and taken.actions == []
+    # Taken (the acknowledgement is there) or not yet: nothing to do, nothing written, look again in a second.
+    for ack in (None, {"status": "success"}):
+        waiting = m.decide(in_flight, {**WARM_ON, m.WARM_ACK: ack, m.CALLBACK: None}, ctx(now=T1))
+        assert waiting.actions == [] and waiting.annotations == {} and waiting.requeue_after == 1
+    # Taken, the pickup deadline long past: the writer is at work, no fallback.
+    working = m.decide(in_flight, {**WARM_ON, m.WARM_ACK: {"status": "success"}, m.CALLBACK: None}, ctx(now=T_LATE))
+    assert working.event is None and working.actions == []
 
-    op["taken"] = T1
-    running = host(m.PROVISIONING, {m.OPERATION_ANNOTATION: json.dumps(op)}, online=True, image=DISK)
-    assert m.WARM_ACK not in m.observations(running, ctx())
-    done = m.decide(running, {**WARM_ON, m.CALLBACK: {"status": "success", "message": "written"}}, ctx(now=T1))
+    done = m.decide(in_flight, {**WARM_ON, m.CALLBACK: {"status": "success", "message": "written"}}, ctx(now=T1))
     assert done.state == m.PROVISIONED
     assert ("withdraw", JOB) in done.actions and ("withdraw", WAIT) in done.actions
     assert ("eject", m.CD) in done.actions and ("clear_boot",) in done.actions
@@ -150,9 +150,9 @@ def test_a_warm_writer_that_does_not_take_its_job_falls_back_to_the_deploy_iso()
 
 
 def test_a_warm_host_killed_mid_job_falls_back_without_losing_the_deploy():
-    op = {"kind": "deploy", "url": DISK["url"], "started": T0, "token": JOB, "warm": WAIT, "taken": T0}
+    op = {"kind": "deploy", "url": DISK["url"], "started": T0, "token": JOB, "warm": WAIT}
     running = host(m.PROVISIONING, {m.OPERATION_ANNOTATION: json.dumps(op)}, online=True, image=DISK)
-    off = {**WARM_ON, m.POWER: "Off", m.CALLBACK: None}
+    off = {**WARM_ON, m.POWER: "Off", m.CALLBACK: None, m.WARM_ACK: {"status": "success"}}
     step = m.decide(running, off, m.Context(**{**ctx(now=T1).__dict__, "new_token": TOKEN}))
     assert step.event[1] == "WarmFallback" and "powered off" in step.event[2]
     assert step.state == m.PROVISIONING and step.status.get("operationalStatus") != "error"
