@@ -69,7 +69,9 @@ def consumer(rack, host: str):
 
 
 def events_of(rack, name: str) -> dict:
-    found = rack.api("admin", "Event", "v1").get(namespace=TENANT_A, field_selector=f"involvedObject.name={name}")
+    """This claim's Events by reason: by its uid, since another test's claim of that name leaves its own Events."""
+    uid = rack.read_claim(name)["metadata"]["uid"]
+    found = rack.api("admin", "Event", "v1").get(namespace=TENANT_A, field_selector=f"involvedObject.uid={uid}")
     counts: dict = {}
     for event in found.items:
         counts[event.reason] = counts.get(event.reason, 0) + (event.count or 1)

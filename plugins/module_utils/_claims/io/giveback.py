@@ -48,7 +48,10 @@ def give_back_clean(run, host: dict, claim: dict | None) -> dict:
                     raise
         shown = {"metadata": {"name": name, "namespace": host_ns, "uid": record["uid"]}}
         run.record("Secret", shown, None, secret=True)
-    if firmware.involved(claim):  # no settings asked any more, before the scrub starts deprovisioning
+    scrubbed = reuse.scrubbed(scrubbed_spec(host), offer)
+    # No settings asked any more, before the scrub starts deprovisioning. Only while the scrub is to come: the HFS
+    # is emptied before it, so a host already scrubbed (waiting to be given back) costs no read each run.
+    if scrubbed != host and firmware.involved(claim):
         hfs = kube.get(API_VERSION, FIRMWARE_SETTINGS_KIND, host_name, host_ns)
         emptied = firmware.desired(hfs, host, {})
         if emptied is not None:
@@ -56,7 +59,6 @@ def give_back_clean(run, host: dict, claim: dict | None) -> dict:
             if not check_mode:
                 kube.replace(emptied)
             run.record(FIRMWARE_SETTINGS_KIND, hfs, emptied)
-    scrubbed = reuse.scrubbed(scrubbed_spec(host), offer)
     if scrubbed != host:
         result["changed"] = True
         before = host
