@@ -583,7 +583,7 @@ def _available(host: dict, observed: dict, ctx: Context) -> Step:
         step.status["lastAttemptedImage"] = {**image, "url": shown_url(image["url"])}
         step = _transition(host, step, PROVISIONING, "ProvisioningStarted", f"provisioning {shown_url(image['url'])}")
         if operation(host).get("kind") == WARM:  # its writer waits: the job goes with the transition, a step sooner
-            job, _ = _hand_to_warm_writer(host, operation(host), image, observed, ctx, step)
+            job = _hand_to_warm_writer(host, operation(host), image, observed, ctx, step)[0]
             step.annotations[OPERATION_ANNOTATION] = json.dumps(job, sort_keys=True)
             step.requeue_after = 1
         return _ok(step, host)
