@@ -583,9 +583,7 @@ def _available(host: dict, observed: dict, ctx: Context) -> Step:
         step.status["lastAttemptedImage"] = {**image, "url": shown_url(image["url"])}
         step = _transition(host, step, PROVISIONING, "ProvisioningStarted", f"provisioning {shown_url(image['url'])}")
         if operation(host).get("kind") == WARM:  # its writer waits: the job goes with the transition, a step sooner
-            job = _hand_to_warm_writer(host, operation(host), image, observed, ctx, step)[0]
-            step.annotations[OPERATION_ANNOTATION] = json.dumps(job, sort_keys=True)
-            step.requeue_after = 1
+            _hand_to_warm_writer(operation(host), image, ctx, step)
         return _ok(step, host)
     in_use = _json_annotation(host, IN_USE_ANNOTATION)
     consumer_uid = _consumer_uid(host)
@@ -794,9 +792,7 @@ def _provisioned_with(host: dict, image: dict, step: Step, ctx: Context) -> Step
 
 def _provision_disk(host: dict, image: dict, observed: dict, ctx: Context, step: Step) -> Step:
     op = operation(host)
-    if op.get("kind") == WARM:
-        op, observed = _hand_to_warm_writer(host, op, image, observed, ctx, step)
-    elif op.get("kind") != "deploy" or op.get("url") != image["url"]:
+    if op.get("kind") != "deploy" or op.get("url") != image["url"]:  # a warm writer's is handed its job in _available
         _withdraw_all(op, step)
         op = {"kind": "deploy", "url": image["url"], "started": ctx.now}
     if op.get("warm"):
@@ -817,15 +813,13 @@ def _provision_disk(host: dict, image: dict, observed: dict, ctx: Context, step:
     return _boot_writer(host, op, observed, ctx, step)
 
 
-def _hand_to_warm_writer(
-    host: dict, op: dict, image: dict, observed: dict, ctx: Context, step: Step
-) -> tuple[dict, dict]:
+def _hand_to_warm_writer(op: dict, image: dict, ctx: Context, step: Step) -> None:
     """The deploy as a job for the waiting writer: its config drive under a fresh token, handed over under the
     writer's own (the host was bound after it started waiting: no tenant data reached it before)."""
     job = {"kind": "deploy", "url": image["url"], "started": ctx.now, "token": ctx.new_token, "warm": op["token"]}
     step.actions += [("publish", "deploy", job["token"]), ("handoff", job["warm"], job["token"])]
-    step.annotations[WARM_ANNOTATION] = None
-    return job, {**observed, CALLBACK: None, WARM_ACK: None}
+    step.annotations.update({OPERATION_ANNOTATION: json.dumps(job, sort_keys=True), WARM_ANNOTATION: None})
+    step.requeue_after = 1
 
 
 def _warm_deploy(host: dict, op: dict, image: dict, observed: dict, ctx: Context, step: Step) -> Step | None:
