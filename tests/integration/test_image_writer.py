@@ -161,19 +161,25 @@ def config_drive_on_disk(disk: Path, partition: dict) -> dict:
     return read_config_drive(data)
 
 
-def test_qcow2_image_and_config_drive_are_written_and_reported(tmp_path, image_server, media_server):
+def _qcow2_image(tmp_path: Path, image_server, name: str, seed: int) -> tuple[dict, bytes]:
+    """A partitioned raw image (its bytes returned) served as qcow2 under `name`, with its image spec."""
     images, images_url = image_server
-    source = partitioned(tmp_path / "source.raw", 8 * MIB, seed=1, script="start=2048, size=12288, type=L\n")
+    source = partitioned(tmp_path / "source.raw", 8 * MIB, seed=seed, script="start=2048, size=12288, type=L\n")
     subprocess.run(
-        ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(tmp_path / "source.raw"), str(images / "node.qcow2")],
+        ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(tmp_path / "source.raw"), str(images / name)],
         check=True,
     )
     image = {
-        "url": f"{images_url}/node.qcow2",
+        "url": f"{images_url}/{name}",
         "format": "qcow2",
-        "checksum": hashlib.sha256((images / "node.qcow2").read_bytes()).hexdigest(),
+        "checksum": hashlib.sha256((images / name).read_bytes()).hexdigest(),
         "checksumType": "sha256",
     }
+    return image, source
+
+
+def test_qcow2_image_and_config_drive_are_written_and_reported(tmp_path, image_server, media_server):
+    image, source = _qcow2_image(tmp_path, image_server, "node.qcow2", seed=1)
     token, iso_path = config_drive(tmp_path, media_server, "deploy", image)
     disk = sparse_disk(tmp_path / "disk.img")
 
@@ -201,22 +207,6 @@ def test_qcow2_image_and_config_drive_are_written_and_reported(tmp_path, image_s
     assert "qcow2 image written" in result_report["message"]
 
 
-def _qcow2_image(tmp_path: Path, image_server) -> tuple[dict, bytes]:
-    images, images_url = image_server
-    source = partitioned(tmp_path / "source.raw", 8 * MIB, seed=7, script="start=2048, size=12288, type=L\n")
-    subprocess.run(
-        ["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(tmp_path / "source.raw"), str(images / "warm.qcow2")],
-        check=True,
-    )
-    image = {
-        "url": f"{images_url}/warm.qcow2",
-        "format": "qcow2",
-        "checksum": hashlib.sha256((images / "warm.qcow2").read_bytes()).hexdigest(),
-        "checksumType": "sha256",
-    }
-    return image, source
-
-
 def test_a_warm_writer_cleans_waits_and_runs_the_job_handed_to_it(tmp_path, image_server, media_server):
     """Fast track: after the cleaning's callback the writer polls for a job under the wait token (404: none yet),
     takes the one the provisioner hands it (acknowledged on the wait token), and deploys it under the job's token."""
@@ -241,7 +231,7 @@ def test_a_warm_writer_cleans_waits_and_runs_the_job_handed_to_it(tmp_path, imag
         assert media.callback_result(media_dir, clean_token)["status"] == "success", "".join(lines)
         assert media.callback_result(media_dir, wait_token) is None  # nothing taken before a job is handed
 
-        image, source = _qcow2_image(tmp_path, image_server)
+        image, source = _qcow2_image(tmp_path, image_server, "warm.qcow2", seed=7)
         job_token, _ = config_drive(tmp_path, media_server, "deploy", image, name="job.iso")
         # What the provisioner's handoff writes (io/provisioner.py _hand_off), under the wait token.
         job = {"config_drive": protocol.media_url(media_url, job_token, "config-drive.iso")}
