@@ -50,46 +50,59 @@ BINDING_ELSEWHERE = "BindingElsewhere"
 
 
 def bind_claims(run) -> dict:
-    """Bind the claims oldest first, in one pass; see _next_after_conflict for concurrent binders."""
+    """Bind the claims oldest first: plan each in order against the hosts as the claims before it left them (a host
+    planned for one is reserved in memory), commit the plans `run.workers` at a time, then go once more, one at a
+    time, through the claims whose planned host another binder took meanwhile (see _next_after_conflict)."""
     kube = run.kube
     claims = run.claims()
     order = {binding.key(c): index for index, c in enumerate(claims)}
-    hosts = kube.list(API_VERSION, "BareMetalHost")
-    policies = kube.list(API_VERSION, "HostDeployPolicy")
-    metadata_of = namespace_metadata(kube)
-    labels_of = {name: meta.get("labels") or {} for name, meta in metadata_of.items()}
-    hosts_by_key = {binding.key(h): h for h in hosts}
+    index = binding.HostIndex(kube.held(API_VERSION, "BareMetalHost"))
+    context = _Context(run)
     results = []
-    pending = list(claims)
+    planned = []
+    # Another binder in the middle of these claims (a host names one whose status does not name the host yet): one
+    # claim at a time, as below, so that each plan sees what that binder took just before.
+    alone = not _binder_in_flight(claims, index)
+    for claim in claims if alone else []:
+        plan = context.plan(claim, index)
+        if isinstance(plan, dict):
+            results.append(plan)
+            continue
+        reserved = None
+        if plan.action == "bind" and plan.candidates:
+            reserved = plan.candidates[0]
+            taken = copy.deepcopy(reserved)
+            taken["spec"]["consumerRef"] = binding.claim_ref(claim)
+            index.put(taken)  # the next claims plan without it
+        planned.append((plan, reserved))
+    retry = []
+
+    def commit(item) -> None:
+        plan, reserved = item
+        try:
+            results.append(_commit(run, plan, index, reserved))
+        except _TakenMeanwhile:
+            retry.append(plan.claim)
+            return
+        if _collided(results[-1]):
+            retry.append(None)  # counted, not retried: another binder has the claim
+
+    # Waves of a few commits at once: after a wave that met another binder (it walks the same claims in the same
+    # order, and would collide on every one), what is left goes one at a time from a random point instead.
+    wave = max(run.workers, 1) * 2
+    while planned and not retry:
+        run.each(commit, planned[:wave])
+        planned = planned[wave:]
+    pending = [] if alone else list(claims)
+    if retry or planned:  # another binder is walking the same claims: from a fresh read, one at a time
+        left = [c for c in retry if c is not None] + [plan.claim for plan, _reserved in planned]
+        pending, index = _next_after_conflict(kube, sorted(left, key=lambda c: order[binding.key(c)]))
     while pending:
         claim = pending.pop(0)
-        if leases.expired(run, claim):  # the lease step released it: never bound again
-            namespace, name = binding.key(claim)
-            skipped = {"namespace": namespace, "name": name, "action": "skip", "host": None, "changed": False}
-            skipped.update(reason=lease.LEASE_EXPIRED, message="the claim's lease ended")
-            results.append(skipped)
-            continue
-        namespace = claim["metadata"]["namespace"]
-        authorized, decisions = evaluate_policies(policies, namespace, labels_of.get(namespace, {}))
-        labels = labels_of.get(namespace, {})
-        current_hosts = list(hosts_by_key.values())  # with the hosts bound earlier in this batch
-        held = 0
-        if max_bound_hosts(labels) is not None:
-            consumers = [ref for ref in map(binding.consumer, current_hosts) if ref]
-            held = hosts_held(tenant_of(labels), consumers, labels_of)
-        annotations = (metadata_of.get(namespace) or {}).get("annotations")
-        caps = lease.caps(policies, decisions)
-        siblings = kube.held(API_VERSION, "HostClaim") if binding.spread_key(claim) else []  # a set's members
-        spread = binding.spread_counts(claim, current_hosts, siblings)
-        now = leases.now_of(run)
-        allowed = firmware.allowances(policies, decisions)
-        plan = binding.plan(
-            claim, current_hosts, authorized, labels, held, annotations, caps, now, spread, firmware_allowed=allowed
-        )
-        results.append(_commit(run, plan, hosts_by_key))
-        collided = results[-1]["action"] == "conflict" or results[-1].get("reason") == BINDING_ELSEWHERE
-        if collided and pending:
-            pending, hosts_by_key = _next_after_conflict(kube, pending)
+        plan = context.plan(claim, index)
+        results.append(plan if isinstance(plan, dict) else _commit(run, plan, index))
+        if _collided(results[-1]) and pending:
+            pending, index = _next_after_conflict(kube, pending)
     results.sort(key=lambda r: order[(r["namespace"], r["name"])])
     return {
         "changed": any(r["changed"] for r in results),
@@ -100,7 +113,57 @@ def bind_claims(run) -> dict:
     }
 
 
-def _next_after_conflict(kube, pending: list[dict]) -> tuple[list[dict], dict]:
+def _binder_in_flight(claims: list[dict], index: binding.HostIndex) -> bool:
+    """Whether a host names one of the claims that does not name it back: a binding not committed yet."""
+    for claim in claims:
+        own = index.owned_by(claim)
+        if own and not binding.committed(claim, own[0]):
+            return True
+    return False
+
+
+def _collided(result: dict) -> bool:
+    """Whether another binder was at the claim too (a conflict on it, or the host it took for it first)."""
+    return result["action"] == "conflict" or result.get("reason") == BINDING_ELSEWHERE
+
+
+class _Context:
+    """What planning a claim reads besides the hosts, read once per run."""
+
+    def __init__(self, run):
+        self.run = run
+        self.policies = run.kube.list(API_VERSION, "HostDeployPolicy")
+        self.metadata_of = namespace_metadata(run.kube)
+        self.labels_of = {name: meta.get("labels") or {} for name, meta in self.metadata_of.items()}
+
+    def plan(self, claim: dict, index: binding.HostIndex):
+        """The claim's binding.Plan, or the result of a claim this step leaves alone (its lease ended)."""
+        run = self.run
+        if leases.expired(run, claim):  # the lease step released it: never bound again
+            namespace, name = binding.key(claim)
+            skipped = {"namespace": namespace, "name": name, "action": "skip", "host": None, "changed": False}
+            skipped.update(reason=lease.LEASE_EXPIRED, message="the claim's lease ended")
+            return skipped
+        namespace = claim["metadata"]["namespace"]
+        labels = self.labels_of.get(namespace, {})
+        authorized, decisions = evaluate_policies(self.policies, namespace, labels)
+        held = 0
+        if max_bound_hosts(labels) is not None:
+            consumers = [ref for ref in map(binding.consumer, index.all()) if ref]
+            held = hosts_held(tenant_of(labels), consumers, self.labels_of)
+        annotations = (self.metadata_of.get(namespace) or {}).get("annotations")
+        caps = lease.caps(self.policies, decisions)
+        spread = None
+        if binding.spread_key(claim):  # a set's members
+            spread = binding.spread_counts(claim, index.all(), run.kube.held(API_VERSION, "HostClaim"))
+        now = leases.now_of(run)
+        allowed = firmware.allowances(self.policies, decisions)
+        return binding.plan(
+            claim, index, authorized, labels, held, annotations, caps, now, spread, firmware_allowed=allowed
+        )
+
+
+def _next_after_conflict(kube, pending: list[dict]) -> tuple[list[dict], binding.HostIndex]:
     """(claims still to do, hosts by key) after a collision (a claim conflict, or a host another binder took for the
     same claim): another binder is walking the same claims.
 
@@ -111,13 +174,13 @@ def _next_after_conflict(kube, pending: list[dict]) -> tuple[list[dict], dict]:
     """
     relist = getattr(kube, "relist", kube.list)  # a caching client must go to the server here
     fresh = {binding.key(c): c for c in relist(API_VERSION, "HostClaim")}
-    hosts_by_key = {binding.key(h): h for h in relist(API_VERSION, "BareMetalHost")}
+    index = binding.HostIndex(relist(API_VERSION, "BareMetalHost"))
     pending = [fresh[binding.key(c)] for c in pending if binding.key(c) in fresh]
     start = random.randrange(len(pending)) if pending else 0
-    return pending[start:] + pending[:start], hosts_by_key
+    return pending[start:] + pending[:start], index
 
 
-def _commit(run, plan: binding.Plan, hosts_by_key: dict) -> dict:
+def _commit(run, plan: binding.Plan, index: binding.HostIndex, reserved: dict | None = None) -> dict:
     claim = plan.claim
     namespace, name = binding.key(claim)
     result = {"namespace": namespace, "name": name, "action": plan.action, "host": None, "changed": False}
@@ -125,7 +188,7 @@ def _commit(run, plan: binding.Plan, hosts_by_key: dict) -> dict:
         result["reason"] = plan.reason
         return result
     try:
-        return _commit_claim(run, plan, hosts_by_key, result)
+        return _commit_claim(run, plan, index, result, reserved)
     except ConflictError as error:
         # Another reconcile is working on this claim right now; it will be seen again.
         result.update(action="conflict", reason="Conflict", message=str(error), changed=False)
@@ -144,7 +207,7 @@ class BindingFailed(Exception):
     """A binding write the API server refused, as the claim's tenant may read it."""
 
 
-def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> dict:
+def _commit_claim(run, plan: binding.Plan, index: binding.HostIndex, result: dict, reserved: dict | None) -> dict:
     kube, check_mode = run.kube, run.check_mode
     claim = plan.claim
     host = plan.host
@@ -168,7 +231,10 @@ def _commit_claim(run, plan: binding.Plan, hosts_by_key: dict, result: dict) -> 
         if plan.reason == binding.MISSING_HOST:
             run.event(claim, "Warning", binding.MISSING_HOST, plan.message)
         try:
-            host = _take_first_free(run, claim, plan.candidates, hosts_by_key)
+            if reserved is not None:  # planned for it alone: another binder took it, or it is the claim's
+                host = _take(run, claim, reserved, index)
+            else:
+                host = _take_first_free(run, claim, plan.candidates, index)
         except BindingElsewhere as elsewhere:
             result.update(action="skip", reason=BINDING_ELSEWHERE, message=str(elsewhere))
             return result
@@ -237,33 +303,45 @@ def _give_back(run, host: dict) -> None:
                 return
 
 
-def _take_first_free(run, claim: dict, candidates: list[dict], hosts_by_key: dict) -> dict | None:
-    kube = run.kube
+def _take_first_free(run, claim: dict, candidates: list[dict], index: binding.HostIndex) -> dict | None:
     for candidate in candidates:
-        current = hosts_by_key[binding.key(candidate)]
+        current = index.get(binding.key(candidate))
         if binding.why_not_free(current) is not None:  # bound earlier in this batch
             continue
-        updated = reuse.taken(copy.deepcopy(current))  # a held host's mark goes as the claim it waits for takes it
-        updated["spec"]["consumerRef"] = binding.claim_ref(claim)
-        if run.check_mode:
-            hosts_by_key[binding.key(candidate)] = updated
-            run.record("BareMetalHost", current, updated)
-            return updated
         try:
-            written = kube.replace(updated)
-        except ConflictError:
-            # Someone changed the host since we listed it (most likely bound it): leave it for this batch. Bound to
-            # this very claim, by a concurrent binder: that one is binding the claim, this run leaves it alone.
-            namespace, name = binding.key(candidate)
-            fresh = kube.get(API_VERSION, "BareMetalHost", name, namespace)
-            if fresh is not None and binding.consumed_by(fresh, claim):
-                raise BindingElsewhere(f"another binder took BareMetalHost {namespace}/{name}") from None
-            hosts_by_key[binding.key(candidate)] = _changed_elsewhere(current)
+            return _take(run, claim, current, index)
+        except _TakenMeanwhile:
             continue
-        hosts_by_key[binding.key(candidate)] = written
-        run.record("BareMetalHost", current, updated)
-        return written
     return None
+
+
+def _take(run, claim: dict, current: dict, index: binding.HostIndex) -> dict:
+    """Write the claim into the host's consumerRef, under the resourceVersion `current` was read at."""
+    kube = run.kube
+    updated = reuse.taken(copy.deepcopy(current))  # a held host's mark goes as the claim it waits for takes it
+    updated["spec"]["consumerRef"] = binding.claim_ref(claim)
+    if run.check_mode:
+        index.put(updated)
+        run.record("BareMetalHost", current, updated)
+        return updated
+    try:
+        written = kube.replace(updated)
+    except ConflictError:
+        # Someone changed the host since we listed it (most likely bound it): leave it for this batch. Bound to
+        # this very claim, by a concurrent binder: that one is binding the claim, this run leaves it alone.
+        namespace, name = binding.key(current)
+        fresh = kube.get(API_VERSION, "BareMetalHost", name, namespace)
+        if fresh is not None and binding.consumed_by(fresh, claim):
+            raise BindingElsewhere(f"another binder took BareMetalHost {namespace}/{name}") from None
+        index.put(_changed_elsewhere(current))
+        raise _TakenMeanwhile() from None
+    index.put(written)
+    run.record("BareMetalHost", current, updated)
+    return written
+
+
+class _TakenMeanwhile(Exception):
+    """Another binder changed the host planned for a claim since this run read it."""
 
 
 class BindingElsewhere(Exception):

@@ -9,7 +9,9 @@ once, each bound claim's host is written at most once, and each claim's status i
 written at the end, only when it changed: once, except for a claim this run binds, whose
 status is written as soon as its host is taken (that write commits the binding, before
 anything of the tenant's reaches the host) and once more at the end only if a later step
-learned something new (a copy that failed, say).
+learned something new (a copy that failed, say). Binding and syncing go VISIBLE_CHUNK claims
+at a time, oldest first, each chunk's statuses written as it ends: in a storm the first claims
+are Associated within a second, not when the last is.
 """
 
 from __future__ import annotations
@@ -19,17 +21,29 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.bo
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.bound import SECRETS, SYNC, sync_bound
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.lease import lease_claims
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.release import release_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+
+# Claims bound and synchronized between two flushes of their statuses: a tenant sees its claim Associated once its
+# chunk is done, not at the end of a batch of a thousand (a status is still written once per run).
+VISIBLE_CHUNK = 100
 
 
 def reconcile_claims(run) -> dict:
-    """The steps' results and a summary; the run's finish() then writes the statuses."""
-    steps = {
-        "release": release_claims(run),
-        "lease": lease_claims(run),
-        "booking": book_claims(run),
-        "bind": bind_claims(run),
-        "bound": sync_bound(run, (SECRETS, SYNC)),
-    }
+    """The steps' results and a summary; the run's finish() then writes what is left of the statuses."""
+    steps = {"release": release_claims(run), "lease": lease_claims(run), "booking": book_claims(run)}
+    binds, bounds = [], []
+    claims = run.claims()
+    for start in range(0, len(claims), VISIBLE_CHUNK):
+        chunk = claims[start : start + VISIBLE_CHUNK]
+        with run.narrowed(chunk):
+            binds.append(bind_claims(run))
+            bounds.append(sync_bound(run, (SECRETS, SYNC)))
+        run.book.flush(keys=[binding.key(c) for c in chunk])
+    if not claims:  # the steps' results all the same, empty
+        binds.append(bind_claims(run))
+        bounds.append(sync_bound(run, (SECRETS, SYNC)))
+    steps["bind"] = _merged(binds)
+    steps["bound"] = _merged(bounds)
     result = dict(steps)
     result["changed"] = any(step["changed"] for step in steps.values())
     bound = steps["bound"]["claims"]
@@ -49,3 +63,18 @@ def reconcile_claims(run) -> dict:
     if warnings:
         result["warnings"] = warnings
     return result
+
+
+def _merged(parts: list[dict]) -> dict:
+    """One step's results over the chunks, as if it had run once: claims in order, counts added, warnings once."""
+    merged: dict = {"changed": any(part["changed"] for part in parts), "claims": []}
+    for part in parts:
+        merged["claims"] += part["claims"]
+        for name, value in part.items():
+            if name in ("changed", "claims"):
+                continue
+            if name == "warnings":
+                merged["warnings"] = sorted({*merged.get("warnings", []), *value})
+            else:
+                merged[name] = merged.get(name, 0) + value
+    return merged

@@ -16,6 +16,9 @@ take (its namespace is being deleted, say) is a warning, never a failure: it is 
 
 from __future__ import annotations
 
+import contextlib
+import copy
+
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import (
     StatusBook,
     error_detail,
@@ -53,7 +56,18 @@ class ClaimRun(Run):
         hostclaim_reconcile's client answers lists with what this run wrote, so a later step
         sees an earlier step's writes.
         """
-        return select_claims(self.kube.list(API_VERSION, "HostClaim"), self.wanted)
+        return [copy.deepcopy(c) for c in select_claims(self.kube.held(API_VERSION, "HostClaim"), self.wanted)]
+
+    @contextlib.contextmanager
+    def narrowed(self, claims: list[dict]):
+        """Meanwhile the run's claims are these (a chunk of the batch): steps that go through run.claims() see
+        only them."""
+        wanted = self.wanted
+        self.wanted = [{"namespace": namespace, "name": name} for namespace, name in map(binding.key, claims)]
+        try:
+            yield
+        finally:
+            self.wanted = wanted
 
     def secret(self, namespace: str, name: str) -> dict | None:
         """A tenant Secret, read at most once per run however many claims and roles name it."""
@@ -98,12 +112,12 @@ def bound_claims(run: ClaimRun) -> list[tuple[dict, dict]]:
         for c in run.claims()
         if not c["metadata"].get("deletionTimestamp") and binding.claim_kind(c) == binding.DEFAULT_CLAIM_KIND
     ]
-    hosts = run.kube.list(API_VERSION, "BareMetalHost") if claims else []
+    index = binding.HostIndex(run.kube.held(API_VERSION, "BareMetalHost") if claims else [])
     pairs = []
     for claim in claims:
-        own = sorted((h for h in hosts if binding.consumed_by(h, claim)), key=binding.key)
+        own = index.owned_by(claim)
         if own and (committed(claim, own[0]) or run.book.is_committing(claim)):
-            pairs.append((claim, own[0]))
+            pairs.append((claim, copy.deepcopy(own[0])))
     return pairs
 
 

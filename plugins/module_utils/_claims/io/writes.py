@@ -171,21 +171,24 @@ class StatusBook:
         entry = self._entries.get(binding.key(claim))
         return bool(entry and entry.give_back is not None)
 
-    def desired(self, key: tuple[str, str]) -> dict:
+    def desired(self, key: tuple[str, str], claim: dict | None = None) -> dict:
+        """The claim's status as this run decided it, over the newest version it knows (or over `claim`)."""
         entry = self._entries[key]
         conditions = [(t, *v) for t, v in entry.conditions.items()]
-        return desired_status(entry.claim, entry.updates, conditions, self._timestamp)
+        return desired_status(claim or entry.claim, entry.updates, conditions, self._timestamp)
 
     def condition(self, claim: dict, type_: str) -> tuple[str, str, str] | None:
         """What this run noted for a condition so far, or None."""
         entry = self._entries.get(binding.key(claim))
         return entry.conditions.get(type_) if entry else None
 
-    def flush(self, only: tuple[str, str] | None = None) -> dict:
-        """Write every noted claim's status that differs (or only one claim's); {key: changed | "conflict" | ERROR |
-        MINIMAL}. A claim whose write fails does not stop the others'."""
+    def flush(self, only: tuple[str, str] | None = None, keys: list | None = None) -> dict:
+        """Write every noted claim's status that differs (or only one claim's, or only those of `keys`); {key:
+        changed | "conflict" | ERROR | MINIMAL}. A claim whose write fails does not stop the others'."""
         with self._lock:
-            keys = [only] if only else sorted(self._entries)
+            if only:
+                keys = [only]
+            keys = sorted(self._entries) if keys is None else [key for key in keys if key in self._entries]
             due = [key for key in keys if not self._entries[key].written]
             for key in due:
                 self._entries[key].written = True
@@ -290,6 +293,13 @@ class StatusBook:
                 return True
             except ConflictError as error:
                 conflict = error
+        if entry.give_back is None:
+            # Concurrent runs over the same claims decide the same for most of them (no free host, say): a claim
+            # that already says what this run would write was not taken from it.
+            fresh = self._kube.get(API_VERSION, "HostClaim", key[1], key[0])
+            if fresh is not None and status_patch(fresh, self.desired(key, fresh)) is None:
+                entry.claim = fresh
+                return False
         if entry.give_back is not None:
             # Another binder committed another host for the claim (or the claim changed under us):
             # give ours back so the claim never owns two; the next run sees what is there.
@@ -327,10 +337,25 @@ def _still_ours(fresh: dict | None, entry: _Entry) -> bool:
 
 
 def with_finalizer(kube, claim: dict, check_mode: bool) -> tuple[dict, bool]:
-    """Make sure the claim carries our finalizer, so its deletion waits for the release."""
+    """Make sure the claim carries our finalizer, so its deletion waits for the release.
+
+    Concurrent binders walking the same claims all write it: one whose write conflicts reads the claim again and
+    goes on when the finalizer is there, on the claim as planned (same generation, not being deleted). Which binder
+    binds the claim is decided later, by the host's and the status's resourceVersions; this write decides nothing.
+    """
     finalizers = claim["metadata"].get("finalizers") or []
     if binding.FINALIZER in finalizers:
         return claim, False
     if check_mode:
         return claim, True
-    return kube.replace(locked_claim(claim)), True
+    try:
+        return kube.replace(locked_claim(claim)), True
+    except ConflictError:
+        namespace, name = binding.key(claim)
+        fresh = kube.get(API_VERSION, "HostClaim", name, namespace)
+        planned = fresh is not None and not fresh["metadata"].get("deletionTimestamp")
+        if not planned or fresh["metadata"].get("generation") != claim["metadata"].get("generation"):
+            raise
+        if binding.FINALIZER in (fresh["metadata"].get("finalizers") or []):
+            return fresh, False
+        return kube.replace(locked_claim(fresh)), True

@@ -233,25 +233,35 @@ def booked_on(hosts: list[dict], claim: dict) -> dict | None:
     return None
 
 
-def may_take(claim: dict, host: dict, now: datetime.datetime | None) -> bool:
-    """Whether the claim may bind `host` now as far as bookings go: a booked claim only its booked host; any other
-    claim only a host no other booking overlaps while it would hold it (until its lease's end, or for ever)."""
+def may_take(claim: dict, now: datetime.datetime | None):
+    """host -> whether the claim may bind it now as far as bookings go: a booked claim only its booked host; any
+    other claim only a host no other booking overlaps while it would hold it (until its lease's end, or for ever).
+    What depends on the claim alone is worked out once, for the many hosts a binder asks about."""
     if now is None:
-        return True
-    try:
-        found = entries(host)
-    except Unreadable:
-        return False
+        return lambda host: True
     uid = _uid(claim)
-    if any(e.uid == uid for e in found):
-        return True
     try:
         wanted = lease.asked(claim)
     except lease.LeaseError:
-        return False
+        wanted = None
+        unreadable_lease = True
+    else:
+        unreadable_lease = False
     end = wanted.end_from(now) if wanted is not None else FOREVER
     mine = Window(now, max(now, end))
-    return not any(e.window.overlaps(mine) for e in found if e.uid != uid)
+
+    def takes(host: dict) -> bool:
+        try:
+            found = entries(host)
+        except Unreadable:
+            return False
+        if any(e.uid == uid for e in found):
+            return True
+        if unreadable_lease:
+            return False
+        return not any(e.window.overlaps(mine) for e in found if e.uid != uid)
+
+    return takes
 
 
 def status_of(window: Window) -> dict:

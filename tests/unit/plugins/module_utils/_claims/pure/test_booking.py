@@ -169,7 +169,7 @@ def test_only_candidates_bookable_and_readable_hosts_are_booked():
     assert ("infra", "h2") not in planned.writes  # an unreadable annotation is never rewritten
     with pytest.raises(booking.Unreadable):
         booking.entries(broken)
-    assert not booking.may_take(claim("other"), broken, T0)
+    assert not booking.may_take(claim("other"), T0)(broken)
 
 
 def test_a_started_booking_not_booked_is_an_ordinary_claim_and_invalid_ones_are_said():
@@ -187,12 +187,12 @@ def test_a_started_booking_not_booked_is_an_ordinary_claim_and_invalid_ones_are_
 def test_may_take_keeps_booked_hosts_for_their_bookings():
     ahead = claim("ahead", start=100, duration=100)
     h1 = host("h1", [entry(ahead, 100, 200)])
-    assert booking.may_take(ahead, h1, at(100))
-    assert not booking.may_take(claim("forever"), h1, T0)  # would hold it across the booking
-    assert not booking.may_take(claim("long", duration=101), h1, T0)
-    assert booking.may_take(claim("short", duration=100), h1, T0)  # ends as the booking starts
-    assert booking.may_take(claim("later", start=200, duration=10), h1, at(200))
-    assert booking.may_take(claim("anything"), host("h2"), T0)
+    assert booking.may_take(ahead, at(100))(h1)
+    assert not booking.may_take(claim("forever"), T0)(h1)  # would hold it across the booking
+    assert not booking.may_take(claim("long", duration=101), T0)(h1)
+    assert booking.may_take(claim("short", duration=100), T0)(h1)  # ends as the booking starts
+    assert booking.may_take(claim("later", start=200, duration=10), at(200))(h1)
+    assert booking.may_take(claim("anything"), T0)(host("h2"))
 
 
 def test_binding_plan_holds_a_booking_until_its_start_then_takes_only_its_host():
