@@ -21,11 +21,15 @@ Scenarios (each with its own namespaces, deleted afterwards; one failing is repo
              each host's power delay (power-on asked -> first read showing On) taken out
   churn      claims created and deleted continuously against a fixed fleet: RSS, apiserver connections,
              artifacts, stuck claims, runs beyond the changes the bench made
+  slots      the runner-slot sweep: the same storm (--slots-claims, 300) under --runner-slots 1, 2 and N (the
+             CPU count, 4 when that is 2), each its own rack and controller, with idle probe claims created one
+             at a time while it runs (up to --slots-probes): last create -> all Associated, claims/s, the probes'
+             create->Associated, runs, controller and runner RSS; a note says which default the figures suggest
+             (the controller's default is never changed by the bench)
   tenants    the controller's tenants side: a Tenant applied -> Deployed, one at a time (--tenant-samples),
              then --tenants applied at once (each: a child namespace, a host pool, a quota): all Deployed,
              per-tenant latencies, runs; then all deleted -> gone
-
-A smoke run: --idle-claims 5 --storm-claims 50 --baseline-claims 10 --wave 4 --churn-seconds 20
+A smoke run: --idle-claims 5 --storm-claims 50 --baseline-claims 10 --wave 4 --churn-seconds 20 --slots-claims 40
 """
 
 from __future__ import annotations
@@ -47,14 +51,14 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from metalclaim.controller.cgroup import cpu_limit
+from metalclaim.controller.cgroup import cpu_limit, slots_for
 from metalclaim_dev import bench as common
 from metalclaim_dev.bench import REPO, ClaimWatch, Controller, Rack, TimingProxy, distribution, rack_of, site_of
 from metalclaim_dev.devenv.env import Devenv, tenant_namespace_bindings
 from metalclaim_dev.netfixtures import FileServer
 from metalclaim_dev.tenancy import tenancy_rights
 
-SCENARIOS = ("floor", "idle", "storm", "resync", "baseline", "provision", "churn", "tenants")
+SCENARIOS = ("floor", "idle", "storm", "resync", "baseline", "slots", "provision", "churn", "tenants")
 
 # The targets (issue 24) beside the figures they are for, shown in the table as figures, never as a pass or
 # a fail of anything: (scenario, figure) -> (comparison, bound, unit). An "F" bound is in multiples of F.
@@ -312,7 +316,11 @@ class Bench:
             note=f"batches standby/cold: {paths.get('standby', 0):.0f}/{paths.get('cold', 0):.0f}",
         )
 
-    def _storm(self, name: str, rack: Rack, keys: list[tuple], controller: Controller, timeout: float) -> dict:
+    def _storm(
+        self, name: str, rack: Rack, keys: list[tuple], controller: Controller, timeout: float, after=None
+    ) -> dict:
+        """after(): called once the claims are all Associated (or the timeout passed), before the runs are read;
+        returns how many more claims (the bench's own, beside the storm) bound meanwhile, whose runs count too."""
         runs_before = controller.runs("reconcile")
         events_before = len(controller.run_events())
         bodies = [rack.claim_body(namespace, claim) for namespace, claim in keys]
@@ -320,11 +328,12 @@ class Bench:
         sent = self.create_claims(bodies)
         first, last = min(sent.values()), max(sent.values())
         complete = self.wait_all("Association", keys, f"{name}: claims Associated", timeout)
+        more = after() if after is not None else 0
         bound = {k: self.watch.at("Association", k) for k in keys if self.watch.at("Association", k) is not None}
         # A run writes its claims' statuses before it ends, and settle() cannot see a run in flight: first the runs
         # that bound them end (the keys of the runs ended since, from the log, cover every claim bound).
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(bound) > sum(
+        while time.monotonic() < deadline and len(bound) + more > sum(
             e.get("count") or 0 for e in controller.run_events()[events_before:] if e.get("playbook") == "reconcile"
         ):
             time.sleep(0.5)
@@ -349,6 +358,7 @@ class Bench:
             "runs_failed": sum(1 for e in runs if e.get("status") != "successful"),
             "batch_sizes": [e.get("count") for e in runs],
             "run_seconds": [e.get("seconds") for e in runs],
+            "slots_used": sorted({e["slot"] for e in runs if e.get("slot") is not None}),
             "bound_over_time": sorted(t - first for t in bound.values()),
             "controller_rss_mib": rss,
             "runner_rss_mib": child_rss,
@@ -398,9 +408,9 @@ class Bench:
             self.admin, n + spare, self.args.storm_namespaces, prefix="bench-storm", threads=self.args.threads
         )
         if "resync" in self.args.scenarios:
-            self.later.callback(rack.teardown)
+            self.later.callback(rack.teardown, teardown_wait(n + spare))
         else:
-            stack.callback(rack.teardown)
+            stack.callback(rack.teardown, teardown_wait(n + spare))
         controller = self.controller("claims", [rack.namespace], "storm", mode="batch")
         stack.callback(controller.stop)
         controller.settle(quiet=1.0)
@@ -486,6 +496,166 @@ class Bench:
         self.row("baseline", "ours/B throughput", round(ratio["throughput"], 1), unit="x", note=label.strip())
         if ratio["latency_p50"] is not None:
             self.row("baseline", "ours/B p50 latency", round(ratio["latency_p50"], 3), unit="x", note=label.strip())
+
+    def _fresh_storm(self, label: str, prefix: str, n: int, name: str, *extra: str, probes: int = 0) -> dict:
+        """_storm on a rack of its own (n hosts, and `probes` more) under a controller of its own started with
+        `extra`; with probes, up to that many idle claims created one at a time while the storm's claims are not
+        all Associated (each waits for its own before the next). Both gone when it returns."""
+        with contextlib.ExitStack() as stack:
+            self.progress.note(f"{label}: {n + probes} available hosts in {self.args.storm_namespaces} namespaces")
+            rack = rack_of(self.admin, n + probes, self.args.storm_namespaces, prefix=prefix, threads=self.args.threads)
+            stack.callback(rack.teardown, teardown_wait(n + probes))
+            controller = self.controller("claims", [rack.namespace], name, *extra, mode="batch")
+            stack.callback(controller.stop)
+            controller.settle(quiet=1.0)
+            keys = [(rack.tenants[index % len(rack.tenants)], f"s{index:04d}") for index in range(n)]
+            if not probes:
+                return self._storm(label, rack, keys, controller, timeout=120 + 0.5 * n)
+            records: list[tuple] = []
+            errors: list[str] = []
+            stop, abort = threading.Event(), threading.Event()
+            thread = threading.Thread(
+                target=self._probes,
+                args=(rack, keys, probes, 120 + 0.5 * n, records, errors, stop, abort),
+                name="probes",
+                daemon=True,
+            )
+            thread.start()
+
+            def probes_over() -> int:
+                stop.set()
+                thread.join()
+                return sum(1 for _key, _sent, bound in records if bound is not None)
+
+            try:
+                figures = self._storm(label, rack, keys, controller, timeout=120 + 0.5 * n, after=probes_over)
+            except BaseException:
+                abort.set()
+                raise
+            finally:
+                stop.set()
+                thread.join()
+            latencies = [bound - sent for _key, sent, bound in records if bound is not None]
+            figures["probes"] = {
+                **self.in_f(distribution(latencies)),
+                "created": len(records),
+                "samples": latencies,
+                "errors": errors,
+            }
+            return figures
+
+    def _probes(self, rack: Rack, storm: list[tuple], limit: int, timeout: float, records, errors, stop, abort):
+        """The probe thread: from the storm's first claim seen on, one claim at a time (created, then waited for
+        until Associated, `timeout` at most) while the storm is not all Associated and `stop` is not set; records
+        (key, sent, bound or None). `abort` ends the wait for the one in flight."""
+        try:
+            self.watch.wait(lambda w: stop.is_set() or any(k in w.present for k in storm), 60)
+            for index in range(limit):
+                if stop.is_set() or self.watch.count("Association", storm) == len(storm):
+                    return
+                key = (rack.tenants[0], f"p{index:03d}")
+                sent = self.create_claims([rack.claim_body(*key)], threads=1)[key]
+                self.watch.wait(lambda w, key=key: key in w.seen["Association"] or abort.is_set(), timeout)
+                records.append((key, sent, self.watch.at("Association", key)))
+        except Exception as error:  # the storm goes on; the probes' rows say how many they have
+            errors.append(f"{type(error).__name__}: {error}")
+
+    def scenario_slots(self, out: dict, stack: contextlib.ExitStack) -> None:
+        """The same storm under --runner-slots 1, 2 and N, each its own rack and controller, probes during it."""
+        self._floor_needed()
+        n, probes = self.args.slots_claims, self.args.slots_probes
+        counts = slot_counts(os.cpu_count())
+        default = slots_for(cpu_limit())
+        out.update({"claims": n, "probes_at_most": probes, "slot_counts": counts, "default_slots_here": default})
+        by_slots: dict[int, dict] = {}
+        out["by_slots"] = by_slots
+        for slots in counts:
+            try:
+                by_slots[slots] = self._fresh_storm(
+                    f"slots {slots} ({n})", "bench-slots", n, f"slots-{slots}", "--runner-slots", str(slots),
+                    probes=probes,
+                )  # fmt: skip
+            except Exception as error:  # the other slot counts still run
+                by_slots[slots] = {"status": "failed", "error": f"{type(error).__name__}: {error}"}
+                self.progress.note(f"slots {slots}: failed: {type(error).__name__}: {error}")
+        self._slots_rows(out, n, default)
+
+    def _slots_rows(self, out: dict, n: int, default: int) -> None:
+        """A row per slot count and figure (the slot counts side by side), then the note on the default."""
+        by_slots = out["by_slots"]
+        done = {k: f for k, f in by_slots.items() if f.get("status") != "failed"}
+        for slots, figures in by_slots.items():
+            if slots not in done:
+                self.row("slots", f"runner-slots {slots}: FAILED", figures["error"].splitlines()[0][:90], unit="")
+
+        def each(figure: str, value, unit: str = "s", note=lambda k, f: "") -> None:
+            for slots, figures in done.items():
+                shown = value(figures)
+                self.row(
+                    "slots",
+                    f"runner-slots {slots}: {figure}",
+                    shown if shown is not None else "incomplete",
+                    unit=unit,
+                    note="; ".join(filter(None, [_claims_note(figures), note(slots, figures)])),
+                )
+
+        each(
+            "last create -> all Associated",
+            lambda f: f.get("last_create_to_all_associated"),
+            note=lambda k, f: f"slots used {f['slots_used']}",
+        )
+        each("claims bound per second", lambda f: _rounded(f.get("claims_per_second"), 1), unit="/s")
+        for slots, figures in done.items():
+            probes = figures["probes"]
+            if not probes["created"]:
+                self.row(
+                    "slots",
+                    f"runner-slots {slots}: probe create->Associated",
+                    "none",
+                    unit="",
+                    note="0 samples: the storm was over before a probe" + "".join(f"; {e}" for e in probes["errors"]),
+                )
+                continue
+            self.rows_for(
+                "slots",
+                f"runner-slots {slots}: probe create->Associated",
+                probes,
+                probes["created"],
+                note=f"probes during a {n}-claim storm" + (f"; {probes['errors'][0]}" if probes["errors"] else ""),
+            )
+        each(
+            "runs (reconcile.yml)",
+            lambda f: f["runs"],
+            unit="",
+            note=lambda k, f: (
+                f"probes' runs included; batch sizes {_short(f['batch_sizes'])}"
+                + (f"; {f['runs_failed']} failed" if f["runs_failed"] else "")
+            ),
+        )
+        each("controller RSS", lambda f: round(f["controller_rss_mib"], 1), unit="MiB", note=lambda k, f: "after")
+        each("runner RSS", lambda f: round(f["runner_rss_mib"], 1), unit="MiB", note=lambda k, f: "after, all slots")
+        each(
+            "double bindings",
+            lambda f: f["claims_on_two_hosts"] + f["claims_disagreeing_with_their_host"],
+            unit="",
+        )
+        measured = {
+            k: (
+                f.get("last_create_to_all_associated") if f.get("complete") else None,
+                f["probes"].get("p99") if f["probes"].get("n") == f["probes"]["created"] else None,
+            )
+            for k, f in done.items()
+        }
+        measured.update({k: (None, None) for k in by_slots if k not in done})
+        suggested, why = suggest_slots(measured, default)
+        out["suggestion"] = {"slots": suggested, "why": why}
+        self.row(
+            "slots",
+            "default the figures suggest",
+            suggested if suggested is not None else "none",
+            unit="",
+            note=f"{why}; one run's figures: the controller's default (--runner-slots 0: {default} here) stays",
+        )
 
     def scenario_resync(self, out: dict, stack: contextlib.ExitStack) -> None:
         self._floor_needed()
@@ -1006,6 +1176,43 @@ def ours_over_baseline(storm: dict, baseline: dict, scaled: dict) -> dict | None
     }
 
 
+def slot_counts(cpus: int | None) -> list[int]:
+    """The slots scenario's --runner-slots values: 1, 2 and the CPU count, or 4 where that is 2 or less (or
+    unknown), so always three distinct values, in order."""
+    return [1, 2, cpus if cpus and cpus > 2 else 4]
+
+
+def suggest_slots(figures: dict, default: int, margin: float = 0.2) -> tuple[int | None, str]:
+    """Which --runner-slots the slots scenario's figures suggest, and why: (slot count, reason), or (None, reason)
+    when they are not clear. figures: slot count -> (last create -> all Associated, the probes' p99), either None
+    when that slot count's storm or probes were incomplete.
+
+    Clear means: every slot count complete, the default measured, and the slot count with the shortest storm is
+    the default, or is at least `margin` faster than it with its probes' p99 no more than `margin` worse."""
+    incomplete = sorted(k for k, (tail, p99) in figures.items() if tail is None or p99 is None)
+    if incomplete:
+        return None, f"no suggestion: --runner-slots {','.join(map(str, incomplete))} incomplete"
+    if default not in figures:
+        return None, f"no suggestion: the default here ({default}) was not measured"
+    best = min(figures, key=lambda k: (figures[k][0], k))
+    (tail, p99), (default_tail, default_p99) = figures[best], figures[default]
+    if best == default:
+        return default, f"{default} (the default here) had the shortest storm"
+    gain = 1 - tail / default_tail if default_tail > 0 else 0.0
+    versus = f"{best} slots' storm {gain:.0%} shorter than {default}'s"
+    if gain < margin:
+        return None, f"not clear: {versus} (under {margin:.0%})"
+    if p99 > default_p99 * (1 + margin):
+        return None, f"mixed: {versus}, but its probes' p99 {p99:.2f} s against {default_p99:.2f} s"
+    return best, f"{versus}, probes' p99 {p99:.2f} s against {default_p99:.2f} s"
+
+
+def teardown_wait(hosts: int) -> float:
+    """Seconds a rack of `hosts` hosts (and as many claims) is given to go: its finalizers are dropped one request
+    at a time and the namespace controller deletes each object; 180 s, and more for large racks."""
+    return 180 + hosts / 20
+
+
 @contextlib.contextmanager
 def _environment(values: dict):
     saved = {k: os.environ.get(k) for k in values}
@@ -1018,6 +1225,15 @@ def _environment(values: dict):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _claims_note(figures: dict) -> str:
+    """How many of a storm's claims bound, and INCOMPLETE when not all did."""
+    return f"{figures['associated']}/{figures['claims']} claims" + ("" if figures["complete"] else ", INCOMPLETE")
+
+
+def _rounded(value, digits: int):
+    return None if value is None else round(value, digits)
 
 
 def _short(values: list) -> str:
@@ -1093,7 +1309,7 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 3, figsize=(18, 10))
+    fig, axes = plt.subplots(3, 3, figsize=(18, 15))
     unit = floor or 1.0
     xlabel = "x F" if floor else "seconds"
 
@@ -1171,6 +1387,21 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
     ax.set(title="resync under load: create -> Associated", xlabel="probe", ylabel=xlabel)
     _legend(ax, loc="upper right")
 
+    by_slots = (results.get("slots") or {}).get("by_slots") or {}
+    ax = axes[2][0]
+    for slots, figures in by_slots.items():
+        if figures.get("bound_over_time"):
+            ordered = figures["bound_over_time"]
+            ax.plot(ordered, range(1, len(ordered) + 1), label=f"--runner-slots {slots}")
+    ax.set(title="slots: storm claims bound over time", xlabel="seconds since the first create", ylabel="claims bound")
+    _legend(ax, loc="lower right")
+
+    ax = axes[2][1]
+    for slots, figures in by_slots.items():
+        ecdf(ax, (figures.get("probes") or {}).get("samples"), f"--runner-slots {slots}")
+    ax.set(title="slots: probes during the storm, create -> Associated", xlabel="seconds", ylabel="fraction")
+    _legend(ax, loc="lower right")
+
     fig.suptitle("metalclaim bench (" + (f"F = {floor:.2f} s" if floor else "no F") + ")")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -1207,6 +1438,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet-tail", type=float, default=10.0, help="seconds watched for runs after churn settles")
     p.add_argument("--tenant-samples", type=int, default=5, help="Tenants applied one at a time")
     p.add_argument("--tenants", type=int, default=50, help="Tenants applied at once")
+    p.add_argument("--slots-claims", type=int, default=300, help="the slots scenario's storm, per slot count")
+    p.add_argument("--slots-probes", type=int, default=20, help="at most this many probes, one at a time, per storm")
     return p
 
 

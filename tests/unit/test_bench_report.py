@@ -58,3 +58,65 @@ def test_a_ratio_needs_both_sides_complete(run):
     assert run.ours_over_baseline(storm, baseline, scaled) == {"throughput": 50.0, "latency_p50": 0.05}
     assert run.ours_over_baseline({**storm, "complete": False}, baseline, scaled) is None
     assert run.ours_over_baseline(storm, {"complete": False}, scaled) is None
+
+
+def test_the_slot_sweep_has_three_distinct_counts_whatever_the_cpus(run):
+    assert run.slot_counts(2) == [1, 2, 4]
+    assert run.slot_counts(1) == [1, 2, 4]
+    assert run.slot_counts(None) == [1, 2, 4]
+    assert run.slot_counts(8) == [1, 2, 8]
+
+
+def test_a_slot_count_is_suggested_only_when_the_figures_are_clear(run):
+    # (last create -> all Associated, probes' p99) per slot count; the default here is 1.
+    clear = {1: (10.0, 2.0), 2: (6.0, 1.5), 4: (7.0, 1.4)}
+    assert run.suggest_slots(clear, default=1)[0] == 2
+    assert run.suggest_slots({1: (10.0, 2.0), 2: (9.0, 1.0), 4: (9.5, 1.0)}, default=1)[0] is None  # 10 %: not clear
+    mixed = run.suggest_slots({1: (10.0, 2.0), 2: (6.0, 3.0), 4: (7.0, 3.0)}, default=1)
+    assert mixed[0] is None and mixed[1].startswith("mixed")
+    assert run.suggest_slots({1: (5.0, 2.0), 2: (6.0, 1.0), 4: (7.0, 1.0)}, default=1)[0] == 1
+    assert run.suggest_slots({1: (5.0, 2.0), 2: (6.0, 1.0)}, default=4)[0] is None  # the default was not measured
+
+
+def test_an_incomplete_slot_count_means_no_suggestion(run):
+    suggested, why = run.suggest_slots({1: (10.0, 2.0), 2: (1.0, None), 4: (None, 1.0)}, default=1)
+    assert suggested is None and "2,4 incomplete" in why
+
+
+def _storm_figures(run, complete: bool, tail: float, probes: list[float], created: int) -> dict:
+    return {
+        "claims": 40,
+        "associated": 40 if complete else 39,
+        "complete": complete,
+        "last_create_to_all_associated": tail if complete else None,
+        "claims_per_second": 10.0 if complete else None,
+        "slots_used": [0],
+        "runs": 3,
+        "runs_failed": 0,
+        "batch_sizes": [20, 19, 1],
+        "controller_rss_mib": 80.0,
+        "runner_rss_mib": 60.0,
+        "claims_on_two_hosts": 0,
+        "claims_disagreeing_with_their_host": 0,
+        "probes": {**run.distribution(probes), "created": created, "samples": probes, "errors": []},
+    }
+
+
+def test_the_slot_rows_say_incomplete_and_failed_and_suggest_nothing_then(run, bench):
+    out = {
+        "by_slots": {
+            1: _storm_figures(run, True, 4.0, [1.0, 2.0], 2),
+            2: _storm_figures(run, False, 3.0, [1.0], 2),
+            4: {"status": "failed", "error": "RuntimeError: no controller\nmore"},
+        }
+    }
+    bench._slots_rows(out, 40, 1)
+    rows = {r["figure"]: r for r in bench.rows}
+    assert rows["runner-slots 4: FAILED"]["value"] == "RuntimeError: no controller"
+    assert rows["runner-slots 1: last create -> all Associated"]["value"] == 4.0
+    tail = rows["runner-slots 2: last create -> all Associated"]
+    assert tail["value"] == "incomplete" and "39/40 claims, INCOMPLETE" in tail["note"]
+    assert "1/2 samples, INCOMPLETE" in rows["runner-slots 2: probe create->Associated p50"]["note"]
+    assert "INCOMPLETE" in rows["runner-slots 2: runs (reconcile.yml)"]["note"]
+    assert rows["default the figures suggest"]["value"] == "none"
+    assert out["suggestion"]["slots"] is None and "2,4 incomplete" in out["suggestion"]["why"]
