@@ -29,6 +29,10 @@ Scenarios (each with its own namespaces, deleted afterwards; one failing is repo
   tenants    the controller's tenants side: a Tenant applied -> Deployed, one at a time (--tenant-samples),
              then --tenants applied at once (each: a child namespace, a host pool, a quota): all Deployed,
              per-tenant latencies, runs; then all deleted -> gone
+  storm-scale  (long: only when named in --scenarios) the storm at each of --scale-sizes (100,1000,5000), each
+             its own rack and controller: time, claims/s, runs, controller and runner RSS, the per-claim cost
+             (ms of first create -> all Associated per claim) and its growth over the smallest size's
+
 A smoke run: --idle-claims 5 --storm-claims 50 --baseline-claims 10 --wave 4 --churn-seconds 20 --slots-claims 40
 """
 
@@ -58,7 +62,9 @@ from metalclaim_dev.devenv.env import Devenv, tenant_namespace_bindings
 from metalclaim_dev.netfixtures import FileServer
 from metalclaim_dev.tenancy import tenancy_rights
 
-SCENARIOS = ("floor", "idle", "storm", "resync", "baseline", "slots", "provision", "churn", "tenants")
+SCENARIOS = ("floor", "idle", "storm", "resync", "baseline", "slots", "provision", "churn", "tenants", "storm-scale")
+# What runs without --scenarios: all but the long per-claim cost table (three storms, the largest of 5,000 claims).
+DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s != "storm-scale")
 
 # The targets (issue 24) beside the figures they are for, shown in the table as figures, never as a pass or
 # a fail of anything: (scenario, figure) -> (comparison, bound, unit). An "F" bound is in multiples of F.
@@ -657,6 +663,77 @@ class Bench:
             note=f"{why}; one run's figures: the controller's default (--runner-slots 0: {default} here) stays",
         )
 
+    def scenario_storm_scale(self, out: dict, stack: contextlib.ExitStack) -> None:
+        """The storm at each of --scale-sizes, each its own rack and controller: the per-claim cost table."""
+        self._floor_needed()
+        by_size: dict[int, dict] = {}
+        out["by_size"] = by_size
+        for n in self.args.scale_sizes:
+            try:
+                by_size[n] = self._fresh_storm(f"storm-scale ({n})", "bench-scale", n, f"scale-{n}")
+            except Exception as error:  # the other sizes still run
+                by_size[n] = {"status": "failed", "error": f"{type(error).__name__}: {error}"}
+                self.progress.note(f"storm-scale {n}: failed: {type(error).__name__}: {error}")
+        done = {n: f for n, f in by_size.items() if f.get("status") != "failed"}
+        costs = per_claim_costs(
+            {
+                n: by_size[n].get("first_create_to_all_associated") if n in done and done[n]["complete"] else None
+                for n in by_size
+            }
+        )
+        out["per_claim_cost"] = costs
+        for n, figures in by_size.items():
+            if n not in done:
+                self.row("storm-scale", f"{n} claims: FAILED", figures["error"].splitlines()[0][:90], unit="")
+
+        def each(figure: str, value, unit: str = "s", note=lambda n, f: "") -> None:
+            for n, figures in done.items():
+                shown = value(n, figures)
+                self.row(
+                    "storm-scale",
+                    f"{n} claims: {figure}",
+                    shown if shown is not None else "incomplete",
+                    unit=unit,
+                    note="; ".join(filter(None, [_claims_note(figures), note(n, figures)])),
+                )
+
+        each(
+            "first create -> all Associated",
+            lambda n, f: costs[n]["seconds"],
+            note=lambda n, f: (
+                f"last create -> all Associated {_seconds(f.get('last_create_to_all_associated'))}, "
+                f"creates {_rounded(f.get('creates_per_second'), 0)}/s"
+            ),
+        )
+        each("claims bound per second", lambda n, f: _rounded(f.get("claims_per_second"), 1), unit="/s")
+        each(
+            "runs (reconcile.yml)",
+            lambda n, f: f["runs"],
+            unit="",
+            note=lambda n, f: (
+                f"batch sizes {_short(f['batch_sizes'])}" + (f"; {f['runs_failed']} failed" if f["runs_failed"] else "")
+            ),
+        )
+        each("controller RSS", lambda n, f: round(f["controller_rss_mib"], 1), unit="MiB", note=lambda n, f: "after")
+        each("runner RSS", lambda n, f: round(f["runner_rss_mib"], 1), unit="MiB", note=lambda n, f: "after")
+        each(
+            "double bindings",
+            lambda n, f: f["claims_on_two_hosts"] + f["claims_disagreeing_with_their_host"],
+            unit="",
+        )
+        each(
+            "per-claim cost",
+            lambda n, f: _rounded(costs[n]["ms_per_claim"], 2),
+            unit="ms",
+            note=lambda n, f: "first create -> all Associated / claims",
+        )
+        each(
+            "per-claim cost growth",
+            lambda n, f: _rounded(costs[n]["growth"], 2),
+            unit="x",
+            note=lambda n, f: f"over the {costs[n]['growth_over']}-claim storm's" if costs[n]["growth_over"] else "",
+        )
+
     def scenario_resync(self, out: dict, stack: contextlib.ExitStack) -> None:
         self._floor_needed()
         rack, keys = self.storm_rack, self.storm_keys
@@ -1153,7 +1230,7 @@ class Bench:
             started = time.monotonic()
             try:
                 with contextlib.ExitStack() as stack:
-                    getattr(self, f"scenario_{name}")(out, stack)
+                    getattr(self, f"scenario_{name.replace('-', '_')}")(out, stack)
             except Exception as error:
                 out.update(status="failed", error=f"{type(error).__name__}: {error}", traceback=traceback.format_exc())
                 self.row(name, "FAILED", f"{type(error).__name__}: {str(error).splitlines()[0][:90]}", unit="")
@@ -1207,10 +1284,39 @@ def suggest_slots(figures: dict, default: int, margin: float = 0.2) -> tuple[int
     return best, f"{versus}, probes' p99 {p99:.2f} s against {default_p99:.2f} s"
 
 
+def per_claim_costs(points: dict) -> dict:
+    """The per-claim cost table: storm size -> {"seconds", "ms_per_claim", "growth", "growth_over"} from
+    points: storm size -> seconds (first create -> all Associated), None when incomplete. ms_per_claim is seconds
+    per claim in ms; growth, its ratio to the smallest complete size's (growth_over), None when either is
+    missing."""
+    costs = {n: (1000 * seconds / n if seconds is not None and n > 0 else None) for n, seconds in points.items()}
+    base = min((n for n, cost in costs.items() if cost), default=None)
+    return {
+        n: {
+            "seconds": points[n],
+            "ms_per_claim": costs[n],
+            "growth": costs[n] / costs[base] if base is not None and costs[n] is not None else None,
+            "growth_over": base,
+        }
+        for n in sorted(points)
+    }
+
+
 def teardown_wait(hosts: int) -> float:
     """Seconds a rack of `hosts` hosts (and as many claims) is given to go: its finalizers are dropped one request
     at a time and the namespace controller deletes each object; 180 s, and more for large racks."""
     return 180 + hosts / 20
+
+
+def sizes(text: str) -> tuple[int, ...]:
+    """--scale-sizes: positive whole numbers, comma-separated, each once."""
+    try:
+        values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: whole numbers, comma-separated") from None
+    if not values or values[0] <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: one size or more, each above 0")
+    return values
 
 
 @contextlib.contextmanager
@@ -1234,6 +1340,10 @@ def _claims_note(figures: dict) -> str:
 
 def _rounded(value, digits: int):
     return None if value is None else round(value, digits)
+
+
+def _seconds(value) -> str:
+    return "incomplete" if value is None else f"{value:.2f} s"
 
 
 def _short(values: list) -> str:
@@ -1281,7 +1391,7 @@ def metadata(args, env: Devenv, reused: bool) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'scenario':<10} {'figure':<48} {'value':>14} {'x F':>7} {'target':>18}  note", "-" * 130]
+    lines = [f"{'scenario':<11} {'figure':<48} {'value':>14} {'x F':>7} {'target':>18}  note", "-" * 131]
     for row in rows:
         value = row["value"]
         if isinstance(value, float):
@@ -1293,7 +1403,7 @@ def table(rows: list[dict]) -> str:
         if target:
             target += {True: " met", False: " missed", None: " -"}[row.get("met")]
         lines.append(
-            f"{row['scenario']:<10} {row['figure'][:48]:<48} {shown:>14} {in_f:>7} {target:>18}  {row['note']}"
+            f"{row['scenario']:<11} {row['figure'][:48]:<48} {shown:>14} {in_f:>7} {target:>18}  {row['note']}"
         )
     return "\n".join(lines)
 
@@ -1402,6 +1512,15 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
     ax.set(title="slots: probes during the storm, create -> Associated", xlabel="seconds", ylabel="fraction")
     _legend(ax, loc="lower right")
 
+    ax = axes[2][2]
+    costs = (results.get("storm-scale") or {}).get("per_claim_cost") or {}
+    points = sorted((n, c["ms_per_claim"]) for n, c in costs.items() if c.get("ms_per_claim") is not None)
+    if points:
+        ax.plot([n for n, _ in points], [c for _, c in points], "o-", label="first create -> all Associated / claims")
+        ax.set_xscale("log")
+    ax.set(title="storm-scale: per-claim cost", xlabel="claims in the storm", ylabel="ms per claim")
+    _legend(ax, loc="upper left")
+
     fig.suptitle("metalclaim bench (" + (f"F = {floor:.2f} s" if floor else "no F") + ")")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -1420,7 +1539,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", type=Path, default=Path(".bench-devenv"), help="the devenv's directory (made or reused)")
     p.add_argument("--out", type=Path, default=Path("bench/out"), help="where the JSON and PNG go")
     p.add_argument("--keep-devenv", action="store_true", help="leave a devenv this run started running")
-    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset of " + ",".join(SCENARIOS))
+    p.add_argument(
+        "--scenarios",
+        default=",".join(DEFAULT_SCENARIOS),
+        help="comma-separated subset of " + ",".join(SCENARIOS) + " (default: all but storm-scale)",
+    )
     p.add_argument("--threads", type=int, default=16, help="threads creating claims and hosts")
     p.add_argument("--floor-runs", type=int, default=10)
     p.add_argument("--idle-claims", type=int, default=50)
@@ -1440,6 +1563,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tenants", type=int, default=50, help="Tenants applied at once")
     p.add_argument("--slots-claims", type=int, default=300, help="the slots scenario's storm, per slot count")
     p.add_argument("--slots-probes", type=int, default=20, help="at most this many probes, one at a time, per storm")
+    p.add_argument(
+        "--scale-sizes",
+        type=sizes,
+        default=(100, 1000, 5000),
+        help="storm-scale's storm sizes, comma-separated (default 100,1000,5000)",
+    )
     return p
 
 

@@ -83,6 +83,37 @@ def test_an_incomplete_slot_count_means_no_suggestion(run):
     assert suggested is None and "2,4 incomplete" in why
 
 
+def test_the_per_claim_cost_grows_over_the_smallest_complete_size(run):
+    costs = run.per_claim_costs({100: 2.0, 1000: 30.0, 5000: 200.0})
+    assert [costs[n]["ms_per_claim"] for n in (100, 1000, 5000)] == [20.0, 30.0, 40.0]
+    assert [costs[n]["growth"] for n in (100, 1000, 5000)] == [1.0, 1.5, 2.0]
+    assert {c["growth_over"] for c in costs.values()} == {100}
+    partial = run.per_claim_costs({100: None, 1000: 30.0, 5000: None})
+    assert partial[100]["ms_per_claim"] is None and partial[5000]["growth"] is None
+    assert (partial[1000]["growth"], partial[1000]["growth_over"]) == (1.0, 1000)
+    assert run.per_claim_costs({100: None})[100] == {
+        "seconds": None,
+        "ms_per_claim": None,
+        "growth": None,
+        "growth_over": None,
+    }
+
+
+def test_scale_sizes_are_positive_whole_numbers_in_order(run):
+    import argparse
+
+    assert run.sizes("5000,100,1000,100") == (100, 1000, 5000)
+    for text in ("", "0,100", "1e3", "-5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            run.sizes(text)
+
+
+def test_storm_scale_is_named_but_never_run_by_default(run):
+    assert "storm-scale" in run.SCENARIOS and "slots" in run.DEFAULT_SCENARIOS
+    assert "storm-scale" not in run.parser().parse_args([]).scenarios.split(",")
+    assert run.parser().parse_args(["--scale-sizes", "20,50"]).scale_sizes == (20, 50)
+
+
 def _storm_figures(run, complete: bool, tail: float, probes: list[float], created: int) -> dict:
     return {
         "claims": 40,
