@@ -300,3 +300,46 @@ def test_a_warm_host_is_given_back_on_and_preferred_for_disk_images_only():
     # The tenant's placement comes first: a warm host elsewhere does not beat its failure domain.
     zoned = [host("z1", labels={**MEDIUM, binding.FAILURE_DOMAIN_LABELS[1]: "zone-1"}), warm]
     assert names(binding.plan(claim(image=disk, failureDomain="zone-1"), zoned, ["infrahost"]).candidates)[0] == "z1"
+
+
+def test_a_batch_planned_against_one_index_takes_each_host_once_and_agrees_with_lists():
+    """A binder plans a batch against one HostIndex, putting each host it takes back in: every claim gets a host of
+    its own, and each plan's candidates are those of a plan against a plain list of the same hosts."""
+    hosts = [host(f"h{i:02d}", labels=MEDIUM) for i in range(20)] + [host("other", labels={"infra-kind": "large"})]
+    index = binding.HostIndex(hosts)
+    current = list(hosts)
+    taken = []
+    for i in range(20):
+        c = claim(name=f"c{i}", uid=f"u{i}")
+        planned = binding.plan(c, index, ["infrahost"])
+        assert names(planned.candidates) == names(binding.plan(c, current, ["infrahost"]).candidates)
+        chosen = dict(planned.candidates[0], spec={"consumerRef": binding.claim_ref(c)})
+        index.put(chosen)
+        current = [chosen if binding.key(h) == binding.key(chosen) else h for h in current]
+        taken.append(names([chosen])[0])
+    assert sorted(taken) == [f"h{i:02d}" for i in range(20)]
+    assert binding.plan(claim(name="late", uid="late"), index, ["infrahost"]).action == "refuse"
+    # What the index says a claim owns follows put(): the claim keeps its host, a host given back is free again.
+    first = claim(name="c0", uid="u0")
+    assert binding.plan(first, index, ["infrahost"]).action == "keep"
+    given_back = next(h for h in index.all() if binding.consumed_by(h, first))
+    index.put(dict(given_back, spec={}))
+    assert index.owned_by(first) == []
+    assert names(binding.plan(claim(name="late", uid="late"), index, ["infrahost"]).candidates) == names([given_back])
+
+
+def test_the_spread_order_is_each_claims_own_and_the_same_for_two_binders():
+    hosts = [host(f"h{i:02d}", labels=MEDIUM) for i in range(30)]
+    one, other = binding.HostIndex(hosts), binding.HostIndex(list(reversed(hosts)))
+    c = claim(name="c", uid="u")
+    # Two binders listing the same hosts (in any order) agree on a claim's first choice...
+    assert names(binding.plan(c, one, ["infrahost"]).candidates) == names(
+        binding.plan(c, other, ["infrahost"]).candidates
+    )
+    # ...and the order is a ring: every host once, started at the claim's own place.
+    order = names(binding.plan(c, one, ["infrahost"]).candidates)
+    assert sorted(order) == sorted(names(hosts))
+    starts = {
+        names(binding.plan(claim(name=f"c{i}", uid=f"u{i}"), one, ["infrahost"]).candidates)[0] for i in range(30)
+    }
+    assert len(starts) > 10
