@@ -586,31 +586,37 @@ class Bench:
                 self.progress.note(f"slots {slots}: failed: {type(error).__name__}: {error}")
         self._slots_rows(out, n, default)
 
-    def _slots_rows(self, out: dict, n: int, default: int) -> None:
-        """A row per slot count and figure (the slot counts side by side), then the note on the default."""
-        by_slots = out["by_slots"]
-        done = {k: f for k, f in by_slots.items() if f.get("status") != "failed"}
-        for slots, figures in by_slots.items():
-            if slots not in done:
-                self.row("slots", f"runner-slots {slots}: FAILED", figures["error"].splitlines()[0][:90], unit="")
+    def _variant_rows(self, scenario: str, by_variant: dict, label):
+        """(the variants that ran, each): a FAILED row per variant that did not; each(figure, value, unit, note) then
+        prints a row per variant that ran, value(variant, figures) beside note(variant, figures)."""
+        done = {v: f for v, f in by_variant.items() if f.get("status") != "failed"}
+        for variant, figures in by_variant.items():
+            if variant not in done:
+                self.row(scenario, f"{label(variant)}: FAILED", figures["error"].splitlines()[0][:90], unit="")
 
-        def each(figure: str, value, unit: str = "s", note=lambda k, f: "") -> None:
-            for slots, figures in done.items():
-                shown = value(figures)
+        def each(figure: str, value, unit: str = "s", note=lambda v, f: "") -> None:
+            for variant, figures in done.items():
+                shown = value(variant, figures)
                 self.row(
-                    "slots",
-                    f"runner-slots {slots}: {figure}",
+                    scenario,
+                    f"{label(variant)}: {figure}",
                     shown if shown is not None else "incomplete",
                     unit=unit,
-                    note="; ".join(filter(None, [_claims_note(figures), note(slots, figures)])),
+                    note="; ".join(filter(None, [_claims_note(figures), note(variant, figures)])),
                 )
+
+        return done, each
+
+    def _slots_rows(self, out: dict, n: int, default: int) -> None:
+        """A row per slot count and figure (the slot counts side by side), then the note on the default."""
+        done, each = self._variant_rows("slots", out["by_slots"], lambda slots: f"runner-slots {slots}")
 
         each(
             "last create -> all Associated",
-            lambda f: f.get("last_create_to_all_associated"),
+            lambda k, f: f.get("last_create_to_all_associated"),
             note=lambda k, f: f"slots used {f['slots_used']}",
         )
-        each("claims bound per second", lambda f: _rounded(f.get("claims_per_second"), 1), unit="/s")
+        each("claims bound per second", lambda k, f: _rounded(f.get("claims_per_second"), 1), unit="/s")
         for slots, figures in done.items():
             probes = figures["probes"]
             if not probes["created"]:
@@ -631,18 +637,18 @@ class Bench:
             )
         each(
             "runs (reconcile.yml)",
-            lambda f: f["runs"],
+            lambda k, f: f["runs"],
             unit="",
             note=lambda k, f: (
                 f"probes' runs included; batch sizes {_short(f['batch_sizes'])}"
                 + (f"; {f['runs_failed']} failed" if f["runs_failed"] else "")
             ),
         )
-        each("controller RSS", lambda f: round(f["controller_rss_mib"], 1), unit="MiB", note=lambda k, f: "after")
-        each("runner RSS", lambda f: round(f["runner_rss_mib"], 1), unit="MiB", note=lambda k, f: "after, all slots")
+        each("controller RSS", lambda k, f: round(f["controller_rss_mib"], 1), unit="MiB", note=lambda k, f: "after")
+        each("runner RSS", lambda k, f: round(f["runner_rss_mib"], 1), unit="MiB", note=lambda k, f: "after, all slots")
         each(
             "double bindings",
-            lambda f: f["claims_on_two_hosts"] + f["claims_disagreeing_with_their_host"],
+            lambda k, f: f["claims_on_two_hosts"] + f["claims_disagreeing_with_their_host"],
             unit="",
         )
         measured = {
@@ -652,7 +658,7 @@ class Bench:
             )
             for k, f in done.items()
         }
-        measured.update({k: (None, None) for k in by_slots if k not in done})
+        measured.update({k: (None, None) for k in out["by_slots"] if k not in done})
         suggested, why = suggest_slots(measured, default)
         out["suggestion"] = {"slots": suggested, "why": why}
         self.row(
@@ -674,7 +680,7 @@ class Bench:
             except Exception as error:  # the other sizes still run
                 by_size[n] = {"status": "failed", "error": f"{type(error).__name__}: {error}"}
                 self.progress.note(f"storm-scale {n}: failed: {type(error).__name__}: {error}")
-        done = {n: f for n, f in by_size.items() if f.get("status") != "failed"}
+        done, each = self._variant_rows("storm-scale", by_size, lambda n: f"{n} claims")
         costs = per_claim_costs(
             {
                 n: by_size[n].get("first_create_to_all_associated") if n in done and done[n]["complete"] else None
@@ -682,20 +688,6 @@ class Bench:
             }
         )
         out["per_claim_cost"] = costs
-        for n, figures in by_size.items():
-            if n not in done:
-                self.row("storm-scale", f"{n} claims: FAILED", figures["error"].splitlines()[0][:90], unit="")
-
-        def each(figure: str, value, unit: str = "s", note=lambda n, f: "") -> None:
-            for n, figures in done.items():
-                shown = value(n, figures)
-                self.row(
-                    "storm-scale",
-                    f"{n} claims: {figure}",
-                    shown if shown is not None else "incomplete",
-                    unit=unit,
-                    note="; ".join(filter(None, [_claims_note(figures), note(n, figures)])),
-                )
 
         each(
             "first create -> all Associated",
