@@ -97,6 +97,15 @@ options:
     description: Seconds the image writer has to call back.
     type: float
     default: 1800
+  callback_events:
+    description:
+      - Whether the caller is woken when an image writer calls back, as the controller's provisioner side is (it
+        watches the callbacks in O(media_dir) and runs the host's step when one arrives). A host whose writer is at
+        work then asks for its next step (RV(hosts[].requeue_after)) only about once a minute, as a safety net, or
+        when its O(callback_timeout) falls due if that is sooner, instead of every few seconds.
+      - Leave it false when nothing watches the callbacks (a playbook run by hand): only the short poll finds them.
+    type: bool
+    default: false
   power_poll_interval:
     description:
       - Seconds after which a host whose power agrees with its spec is read again (RV(hosts[].poll_after)), so
@@ -323,6 +332,7 @@ ARGUMENT_SPEC = dict(
     max_concurrent=dict(type="int", default=20),
     power_off_timeout=dict(type="float", default=defaults.POWER_OFF_TIMEOUT),
     callback_timeout=dict(type="float", default=defaults.CALLBACK_TIMEOUT),
+    callback_events=dict(type="bool", default=False),
     power_poll_interval=dict(type="float", default=defaults.POWER_POLL_INTERVAL),
     cleaning_erase=dict(type="str", choices=["metadata", "full"], default=defaults.CLEANING_ERASE),
     backoff_base=dict(type="float", default=defaults.BACKOFF_BASE),

@@ -819,6 +819,7 @@ def options_from(params: dict) -> Options:
         media_url=params.get("media_url") or "",
         power_off_timeout=params["power_off_timeout"],
         callback_timeout=params["callback_timeout"],
+        callback_events=params["callback_events"],
         power_poll_interval=params["power_poll_interval"],
         cleaning_erase=params.get("cleaning_erase") or "metadata",
         backoff_base=params["backoff_base"],

@@ -6,6 +6,7 @@
 machine.Settings and bmh_redfish's argument spec take them from here (its DOCUMENTATION states the same values:
 ansible-test checks them against the argument spec, tests/unit/plugins/modules/test_bmh_redfish.py against these);
 the provisioner role passes callback_timeout and power_poll_interval only when set, so these are its defaults too.
+The controller says callback_events only when it watches the callbacks (it has a media directory).
 """
 
 from __future__ import annotations
@@ -19,3 +20,9 @@ CLEANING_ERASE = "metadata"  # how deep automated cleaning goes: "metadata" or "
 # A warm host's writer polls for its job every second: one that has not taken a job handed to it within this long has
 # stopped answering, and the deploy falls back to booting the deploy ISO.
 WARM_PICKUP_TIMEOUT = 20.0
+# While an image writer works, its host is looked at again this often for its callback: only a poll can tell that it
+# called back when nothing else wakes the provisioner (a playbook run by hand)...
+CALLBACK_POLL = 5.0
+# ...and this often when its caller is woken by the callback itself (callback_events: the controller watches the media
+# directory's callbacks), a safety net then; a timeout falling due sooner is looked at when it does.
+CALLBACK_EVENTS_POLL = 60.0

@@ -108,6 +108,9 @@ class Settings:
     # How deep automated cleaning goes on every host: "metadata" or "full" (ERASE_ANNOTATION asks per host).
     cleaning_erase: str = defaults.CLEANING_ERASE
     warm_pickup_timeout: float = defaults.WARM_PICKUP_TIMEOUT  # a warm writer must take a job within this
+    # The caller is woken when a writer calls back (the controller watches the media directory's callbacks): a host
+    # whose writer is at work is looked at again only as a safety net (defaults.CALLBACK_EVENTS_POLL), not polled.
+    callback_events: bool = False
 
 
 @dataclass
@@ -847,7 +850,9 @@ def _warm_deploy(host: dict, op: dict, image: dict, observed: dict, ctx: Context
         return None
     if op != operation(host):
         step.annotations[OPERATION_ANNOTATION] = json.dumps(op, sort_keys=True)
-    step.requeue_after = 1  # the writer is already running: its callback comes in seconds, not minutes
+    # The writer is already running: its acknowledgement and callback come in seconds, not minutes.
+    due = ctx.settings.callback_timeout if taken else ctx.settings.warm_pickup_timeout
+    step.requeue_after = writer_poll(ctx, 1, due - seconds_between(op["started"], ctx.now))
     return _ok(step, host)
 
 
@@ -886,7 +891,18 @@ def _boot_writer(host: dict, op: dict, observed: dict, ctx: Context, step: Step)
     """Boot the image writer: deploy ISO as CD, the operation's config drive beside it, once, powered."""
     _insert(observed, CD, ctx.settings.deploy_iso_url, step)
     _insert(observed, CONFIG_DEVICE, config_drive_url(ctx.settings, op["token"]), step)
-    return _boot_into_media(host, op, observed, step, requeue_after=5)
+    due = ctx.settings.callback_timeout - seconds_between(op["started"], ctx.now)
+    return _boot_into_media(host, op, observed, step, requeue_after=writer_poll(ctx, defaults.CALLBACK_POLL, due))
+
+
+def writer_poll(ctx: Context, poll: float, due_in: float) -> float:
+    """When to look again at a host whose image writer is at work (`poll`: how soon when only a poll can tell it called
+    back). When the writer's callback (or acknowledgement) wakes the caller itself (Settings.callback_events), only the
+    safety net's interval, or when the timeout judged next falls due (`due_in` seconds from now, plus the second the
+    timestamps round to); never sooner than `poll`."""
+    if not ctx.settings.callback_events:
+        return poll
+    return max(poll, min(defaults.CALLBACK_EVENTS_POLL, due_in + 1))
 
 
 def _boot_into_media(host: dict, op: dict, observed: dict, step: Step, requeue_after: float) -> Step:

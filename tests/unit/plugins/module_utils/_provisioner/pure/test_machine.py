@@ -599,3 +599,42 @@ def test_an_image_urls_credentials_and_signature_stay_out_of_events_and_last_att
     assert "s3cret" not in shown and "abcdef" not in shown and "user:" not in shown
     assert step.status["lastAttemptedImage"]["url"] == "https://***@images.example.com/ubuntu.iso?***"
     assert m.shown_url("http://images.example.com/a.iso") == "http://images.example.com/a.iso"
+
+
+def _writer_at_work(started=T0) -> dict:
+    op = {"kind": "deploy", "url": DISK["url"], "started": started, "token": TOKEN, "powered": True}
+    return host(
+        m.PROVISIONING, online=True, image=DISK, status=GOOD, annotations={m.OPERATION_ANNOTATION: json.dumps(op)}
+    )
+
+
+def _booted() -> dict:
+    media = {
+        m.CD: {"inserted": True, "image": SETTINGS.deploy_iso_url},
+        m.CONFIG_DEVICE: {"inserted": True, "image": m.config_drive_url(SETTINGS, TOKEN)},
+    }
+    return {m.POWER: "On", m.BOOT: {"target": "Cd"}, m.MEDIA: media, m.CALLBACK: None}
+
+
+def test_a_writer_at_work_is_polled_unless_its_callback_wakes_the_caller():
+    """By hand (no watcher) the callback is found by polling; woken by it (callback_events), the poll is a safety net,
+    and a timeout falling due before it is looked at then."""
+    polled = m.decide(_writer_at_work(), _booted(), ctx(now=T1))
+    assert polled.actions == [] and polled.requeue_after == m.defaults.CALLBACK_POLL
+    woken = m.Settings(**{**SETTINGS.__dict__, "callback_events": True})
+    safety = m.decide(_writer_at_work(), _booted(), ctx(now=T1, settings=woken))
+    assert safety.actions == [] and safety.requeue_after == m.defaults.CALLBACK_EVENTS_POLL
+    assert m.defaults.CALLBACK_EVENTS_POLL > m.defaults.CALLBACK_POLL
+    # The step that boots the writer (found off: published, media in, powered on) waits the same.
+    off = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {}, m.CONFIG_DEVICE: {}}}
+    started = m.decide(host(m.PROVISIONING, online=True, image=DISK, status=GOOD), off, ctx(settings=woken))
+    assert started.actions[0] == ("publish", "deploy", TOKEN) and started.actions[-1] == ("power", "On")
+    assert started.requeue_after == m.defaults.CALLBACK_EVENTS_POLL
+    # 30 s left of a 60 s callback timeout (T1 is 30 s after T0): looked at when it falls due, not a minute later.
+    short = m.Settings(**{**woken.__dict__, "callback_timeout": 60})
+    assert m.decide(_writer_at_work(), _booted(), ctx(now=T1, settings=short)).requeue_after == 31
+    # Never sooner than the poll by hand would be, however close the deadline.
+    closer = m.Settings(**{**woken.__dict__, "callback_timeout": 31})
+    assert (
+        m.decide(_writer_at_work(), _booted(), ctx(now=T1, settings=closer)).requeue_after == m.defaults.CALLBACK_POLL
+    )

@@ -181,3 +181,17 @@ def test_the_pool_size_is_a_count_or_a_share_and_a_bad_value_keeps_none_warm():
     assert pool.offered("infra") and pool.room("infra") and not pool.offered("other")
     pool.count("infra", True)
     assert not pool.room("infra")
+
+
+def test_a_warm_handoff_woken_by_callbacks_is_looked_at_when_its_pickup_or_callback_timeout_falls_due():
+    """The acknowledgement and the callback wake the caller (callback_events): the step waits for them, but no longer
+    than the pickup deadline (to fall back in time) and, once taken, the safety net's interval."""
+    settings = m.Settings(**{**SETTINGS.__dict__, "callback_events": True})
+    woken = m.Context(**{**ctx(now=T1).__dict__, "settings": settings})
+    op = {"kind": "deploy", "url": DISK["url"], "started": T0, "token": JOB, "warm": WAIT}
+    handed = host(m.PROVISIONING, {m.OPERATION_ANNOTATION: json.dumps(op)}, online=True, image=DISK)
+    waiting = m.decide(handed, {**WARM_ON, m.WARM_ACK: None, m.CALLBACK: None}, woken)
+    # T1 is 5 s into the 20 s pickup window: looked at again once it has passed (and the second timestamps round to).
+    assert waiting.actions == [] and waiting.requeue_after == SETTINGS.warm_pickup_timeout - 5 + 1
+    taken = m.decide(handed, {**WARM_ON, m.WARM_ACK: {"status": "success"}, m.CALLBACK: None}, woken)
+    assert taken.actions == [] and taken.requeue_after == m.defaults.CALLBACK_EVENTS_POLL
