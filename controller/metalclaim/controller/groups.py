@@ -75,6 +75,9 @@ def _provision_options(settings) -> dict:
         provisioner_callback_timeout=settings.provision_callback_timeout,
         provisioner_power_poll_interval=settings.provision_power_poll_interval,
         provisioner_cleaning_erase=settings.provision_cleaning_erase,
+        # With a media directory the provisioner side watches the writers' callbacks (manager.py): each wakes its
+        # host, so a writer at work needs no short poll.
+        provisioner_callback_events=bool(settings.media_dir),
     )
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 import time
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import redact
+
 from . import mapper
 from .reflector import Store
 from .scope import CLAIMS, PROVISIONER, TENANTS
@@ -35,6 +37,8 @@ class EventHandlers:
         # The tenants whose hooks want the claim events of a namespace.
         self.stores["Tenant"].add_index("claim-namespace", mapper.tenant_claim_namespaces)
         self.stores["BareMetalHost"].add_index("namespace", lambda h: [h["metadata"]["namespace"]])
+        # The media tokens each host's provisioner operation holds: the host an image writer's callback is for.
+        self.stores["BareMetalHost"].add_index("media-token", mapper.operation_tokens)
         # The claim key each host's consumerRef names: whether a claim gone still holds a host.
         self.stores["BareMetalHost"].add_index("consumer", lambda h: [k for k in [mapper.consumer_key(h)] if k])
         # The provisioner side's view of namespaces (their opt-in label), apart from the claim side's, which
@@ -148,6 +152,16 @@ class EventHandlers:
     def on_infra_namespace(self, old, new, initial=False) -> None:
         hosts = self.stores["BareMetalHost"].by_index("namespace", (new or old)["metadata"]["name"])
         self._enqueue("Namespace", mapper.infra_namespace_changed(old, new, hosts), initial)
+
+    def on_callback(self, token: str) -> bool:
+        """An image writer's callback (or a warm writer's acknowledgement) under `token` (callbacks.CallbackWatch): the
+        host whose operation holds it is stepped now. Whether a host holds it."""
+        found = mapper.callback_arrived(token, self.stores["BareMetalHost"].by_index("media-token", token))
+        if found.keys:
+            self._log("callback", token=redact(token), hosts=[f"{ns}/{name}" for _kind, ns, name in found.keys])
+            self.metrics.callbacks.labels("woken").inc()
+        self._enqueue("Callback", found, initial=False)
+        return bool(found.keys)
 
     def on_secret(self, old, new, initial=False) -> None:
         meta = (new or old)["metadata"]

@@ -17,6 +17,7 @@ import threading
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 
 from . import mapper, metrics
+from .callbacks import CallbackWatch
 from .dispatch import Dispatcher
 from .handlers import EventHandlers
 from .leader import LeaderElector
@@ -47,6 +48,7 @@ class Controller:
         self.stores = self.handlers.stores
         self.dispatcher = Dispatcher(settings, self.queue, self.metrics, self.stop, self._leading, log)
         self.reflectors: list[Reflector] = []
+        self.callback_watch: CallbackWatch | None = None  # the provisioner side's, with a media directory
         self.leader: LeaderElector | None = None
         self._leader_thread: threading.Thread | None = None
         self._release_lease = threading.Event()  # set once no run is in flight: only then may another leader start
@@ -56,6 +58,7 @@ class Controller:
 
     def alive(self) -> bool:
         threads = [*self.reflectors, *list(self.handlers.secret_reflectors.values()), *self.dispatcher.threads]
+        threads += [self.callback_watch] if self.callback_watch is not None else []
         return (bool(self.dispatcher.threads) and all(t.is_alive() for t in threads)) or self.stop.is_set()
 
     def _leading(self) -> bool:
@@ -144,6 +147,16 @@ class Controller:
             self.metrics.leader.set(1)
         self.dispatcher.start_threads()
         threading.Thread(target=self.handlers.resync, name="resync", daemon=True).start()
+        if PROVISIONER in settings.scope.sides and settings.media_dir:
+            # The image writers' callbacks wake their hosts (the provision role is told so: groups.py).
+            self.callback_watch = CallbackWatch(
+                settings.media_dir,
+                self.handlers.on_callback,
+                self.stop,
+                log,
+                on_unknown=self.metrics.callbacks.labels("unknown").inc,
+            )
+            self.callback_watch.start()
         log(
             "started",
             controllers=list(settings.scope.sides),

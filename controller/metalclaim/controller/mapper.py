@@ -42,6 +42,12 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (
     PROVISIONER_ANNOTATION,  # who provisions a host (ours, or Metal3's BMO): a host annotation or namespace label
+    operation,  # the provisioner's operation in flight on a host (its annotation)
+    tokens_of,  # the media tokens an operation holds
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import (
+    CALLBACK_SUFFIX,
+    TOKEN_RE,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.kubeconfig import (
     compile_allowed,
@@ -281,6 +287,26 @@ def infra_namespace_changed(old: dict | None, new: dict | None, hosts_in_namespa
     if (_meta(old).get("labels") or {}).get(label) == (_meta(new).get("labels") or {}).get(label):
         return Keys(dropped=True)
     return Keys(sorted(key_of(HOST, host) for host in hosts_in_namespace))
+
+
+def operation_tokens(host: dict | None) -> list[str]:
+    """The media tokens a host's provisioner operation holds: its job's, the warm writer's it was handed to, the one a
+    cleaning's writer would wait under. A callback under any of them is news for that host (the host store's index)."""
+    return tokens_of(operation(host or {}))
+
+
+def callback_token(filename: str) -> str | None:
+    """The token whose callback a file of the media directory's callbacks/ is; None for any other file (the media
+    server's temporary ones start with a dot)."""
+    token = filename[: -len(CALLBACK_SUFFIX)] if filename.endswith(CALLBACK_SUFFIX) else ""
+    return token if TOKEN_RE.fullmatch(token) else None
+
+
+def callback_arrived(token: str, hosts_holding: list[dict]) -> Keys:
+    """An image writer called back (or a warm one took its job) under `token`: the host whose operation holds it is
+    stepped now, not at its next poll. `hosts_holding`: those the host store's operation_tokens index names for it.
+    A token no host's operation holds (withdrawn, not recorded yet, or nobody's) wakes nothing."""
+    return Keys(sorted({key_of(HOST, host) for host in hosts_holding if token in operation_tokens(host)}))
 
 
 def secret_changed(old: dict | None, new: dict | None, referencing_claims: list[dict]) -> Keys:

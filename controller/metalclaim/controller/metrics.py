@@ -63,6 +63,13 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.callbacks = Counter(
+            "metalclaim_callbacks_total",
+            "Image writers' callbacks seen in the media directory: woken (a host's operation holds the token: its key "
+            "queued) or unknown (none did when first seen).",
+            ["result"],
+            registry=r,
+        )
         self.resyncs = Counter("metalclaim_resyncs_total", "Periodic resyncs.", registry=r)
         self.standby_batches = Counter(
             "metalclaim_standby_batches_total",

@@ -232,7 +232,12 @@ class Settings:
         "--tenant-required-prefix", "", "tenants side: a prefix every tenantName must start with"
     )
     deploy_iso_url: str = option("--deploy-iso-url", "", "deploy ISO for disk images and cleaning")
-    media_dir: str = option("--media-dir", "", "media server directory (config drives)")
+    media_dir: str = option(
+        "--media-dir",
+        "",
+        "media server directory (config drives); the provisioner side also watches the image writers' callbacks "
+        "there, each waking its host at once",
+    )
     media_url: str = option("--media-url", "", "media server URL as BMCs reach it")
     provision_max_concurrent: int = option(
         "--provision-max-concurrent",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -216,3 +217,35 @@ def test_kinds_flag():
     for text in ("", "vm", "baremetal,vm"):
         with pytest.raises(ValueError, match="--kinds"):
             mapper.parse_kinds(text)
+
+
+# -- the image writers' callbacks (callbacks.CallbackWatch) ------------------------------------------------------------
+
+TOKEN, WARM, WAIT, OTHER = "T" * 43, "W" * 43, "A" * 43, "O" * 43
+
+
+def with_operation(host: dict, name: str, **operation) -> dict:
+    host = changed(host, metadata__name=name)
+    host["metadata"]["annotations"] = {"provisioner.metalclaim.io/operation": json.dumps(operation)}
+    return host
+
+
+def test_a_callback_file_names_its_token_and_nothing_else_does():
+    assert mapper.callback_token(f"{TOKEN}.json") == TOKEN
+    for name in (f".{TOKEN}.json.tmp", ".0123456789abcdef.tmp", TOKEN, f"{TOKEN}.jsonx", "short.json", "a/b.json"):
+        assert mapper.callback_token(name) is None, name
+
+
+def test_a_callback_wakes_the_host_whose_operation_holds_its_token_and_an_unknown_one_wakes_nothing():
+    deploy = with_operation(HOST_OBJ, "h1", kind="deploy", token=TOKEN)
+    warm = with_operation(HOST_OBJ, "h2", kind="deploy", token=OTHER, warm=WARM)
+    cleaning = with_operation(HOST_OBJ, "h3", kind="clean", token=OTHER, wait=WAIT)
+    assert mapper.operation_tokens(deploy) == [TOKEN]
+    assert mapper.operation_tokens(warm) == [OTHER, WARM]  # the job's callback and the warm writer's acknowledgement
+    assert mapper.operation_tokens(HOST_OBJ) == [] and mapper.operation_tokens(None) == []
+    assert mapper.callback_arrived(TOKEN, [deploy]).keys == [(HOST, "infra", "h1")]
+    assert mapper.callback_arrived(WARM, [warm]).keys == [(HOST, "infra", "h2")]
+    assert mapper.callback_arrived(WAIT, [cleaning]).keys == [(HOST, "infra", "h3")]
+    assert mapper.callback_arrived("U" * 43, []).keys == []
+    # What the index named, checked against the host as it is: a token its operation no longer holds wakes nothing.
+    assert mapper.callback_arrived(TOKEN, [warm, HOST_OBJ]).keys == []
