@@ -18,7 +18,9 @@ Scenarios (each with its own namespaces, deleted afterwards; one failing is repo
              controller in --mode per-event (one run per claim event, CPU-count runs at once)
   provision  both sides against emulated BMCs behind a counting proxy: idle create -> Provisioned (a few
              samples), then a wave of claims (live-iso, online): all Provisioned, Redfish requests per host,
-             each host's power delay (power-on asked -> first read showing On) taken out
+             each host's power delay (power-on asked -> first read showing On) taken out; with
+             --provision-image disk, disk images through the media server and a stand-in writer calling back
+             --writer-seconds after each config drive is published: each callback -> Provisioned
   churn      claims created and deleted continuously against a fixed fleet: RSS, apiserver connections,
              artifacts, stuck claims, runs beyond the changes the bench made
   slots      the runner-slot sweep: the same storm (--slots-claims, 300) under --runner-slots 1, 2 and N (the
@@ -59,7 +61,7 @@ from metalclaim.controller.cgroup import cpu_limit, slots_for
 from metalclaim_dev import bench as common
 from metalclaim_dev.bench import REPO, ClaimWatch, Controller, Rack, TimingProxy, distribution, rack_of, site_of
 from metalclaim_dev.devenv.env import Devenv, tenant_namespace_bindings
-from metalclaim_dev.netfixtures import FileServer
+from metalclaim_dev.netfixtures import FileServer, MediaServer
 from metalclaim_dev.tenancy import tenancy_rights
 
 SCENARIOS = ("floor", "idle", "storm", "resync", "baseline", "slots", "provision", "churn", "tenants", "storm-scale")
@@ -812,7 +814,20 @@ class Bench:
                 "spec": {"hostclaimNamespaces": {"names": [tenant]}},
             }
         )
-        provisioner = self.controller("provisioner", [site.namespace], "provision-provisioner")
+        extra = []
+        if self.args.provision_max_concurrent:
+            extra += ["--provision-max-concurrent", str(self.args.provision_max_concurrent)]
+        writer = None
+        if self.args.provision_image == "disk":
+            # Disk images: the deploy ISO (never booted: the emulator runs nothing), the media server, and a stand-in
+            # writer that calls back --writer-seconds after each config drive is published.
+            media = stack.enter_context(MediaServer(Path(served.name) / "media"))
+            deploy_iso = files.add("writer.iso", b"metalclaim bench deploy iso\n" * 64)
+            extra += ["--deploy-iso-url", deploy_iso, "--media-dir", media.dir, "--media-url", media.url]
+            writer = common.FakeWriter(self.admin, site.namespace, media.dir, media.url, self.args.writer_seconds)
+            writer.start()
+            stack.callback(writer.close)
+        provisioner = self.controller("provisioner", [site.namespace], "provision-provisioner", *extra)
         stack.callback(provisioner.stop)
         size = samples + wave
         self.progress.start(f"provision: {size} hosts registered and inspected", size)
@@ -828,11 +843,10 @@ class Bench:
         stack.callback(claims.stop)
         claims.settle(quiet=1.0)
         provisioner.settle(quiet=1.0)
-        spec = {
-            "online": True,
-            "image": {"url": iso, "format": "live-iso"},
-            "hostSelector": {"matchLabels": {"bench": tag}},
-        }
+        image = {"url": iso, "format": "live-iso"}
+        if writer is not None:  # the stand-in writer never fetches it: any checksum does
+            image = {"url": files.add("disk.qcow2", b"qcow2"), "format": "qcow2", "checksum": "0" * 64}
+        spec = {"online": True, "image": image, "hostSelector": {"matchLabels": {"bench": tag}}}
 
         def body(name: str) -> dict:
             return {
@@ -842,14 +856,28 @@ class Bench:
                 "spec": spec,
             }
 
-        def systems_of(names: list[str]) -> dict[str, str | None]:
-            """claim name -> the Redfish system of the host it was provisioned on (its HardwareData's host)."""
+        def hosts_of(names: list[str]) -> dict[str, str | None]:
+            """claim name -> the host it was provisioned on (its HardwareData's)."""
             found = {}
             for item in common.api(self.admin, "HostClaim").get(namespace=tenant).to_dict()["items"]:
                 if item["metadata"]["name"] in names:
-                    recorded = (item.get("status") or {}).get("hardwareData") or {}
-                    found[item["metadata"]["name"]] = site.uuids.get(recorded.get("name"))
+                    found[item["metadata"]["name"]] = ((item.get("status") or {}).get("hardwareData") or {}).get("name")
             return found
+
+        def systems_of(names: list[str]) -> dict[str, str | None]:
+            """claim name -> the Redfish system of the host it was provisioned on."""
+            return {name: site.uuids.get(host) for name, host in hosts_of(names).items()}
+
+        def after_callback(names: list[str]) -> list[float]:
+            """Each claim's writer callback -> Provisioned (disk images): how long the provisioner took to notice."""
+            if writer is None:
+                return []
+            lags = []
+            for name, host in hosts_of(names).items():
+                provisioned = self.watch.at("Provisioned", (tenant, name))
+                if provisioned is not None and host in writer.called_back:
+                    lags.append(provisioned - writer.called_back[host])
+            return lags
 
         # Idle create -> Provisioned, a few samples, one at a time.
         proxy.reset_timing()
@@ -877,13 +905,22 @@ class Bench:
                 note=f"{len(accounted)}/{samples} samples paired with their host's delay; "
                 f"BMC power delay p50 {delays[len(delays) // 2]:.1f} s",
             )
+        if writer is not None:
+            out["idle"]["callback_to_provisioned"] = distribution(after_callback(idle_names))
+            self.row(
+                "provision",
+                "idle writer's callback -> Provisioned p50",
+                out["idle"]["callback_to_provisioned"].get("p50", "none"),
+                note=f"disk image, the stand-in writer calling back {self.args.writer_seconds:g} s after its config "
+                "drive is published",
+            )
         provisioner.settle(quiet=2.0, timeout=60)
         # The wave.
         proxy.reset_counts()
         proxy.reset_timing()
         prov_runs, prov_events = provisioner.runs(), len(provisioner.run_events())
         keys = [(tenant, f"wave-{index:03d}") for index in range(wave)]
-        self.progress.note(f"provision: {wave} claims (live-iso, online: true)")
+        self.progress.note(f"provision: {wave} claims ({self.args.provision_image}, online: true)")
         sent = self.create_claims([body(name) for _ns, name in keys])
         first, last = min(sent.values()), max(sent.values())
         complete = self.wait_all("Provisioned", keys, "provision: wave Provisioned", 300 + 3 * wave)
@@ -933,6 +970,10 @@ class Bench:
             "provisioner_runs_failed": sum(1 for e in events if e.get("status") != "successful"),
             "provisioner_batch_sizes": [e.get("count") for e in events],
             "hosts_in_error": errors,
+            "image": self.args.provision_image,
+            "provision_max_concurrent": self.args.provision_max_concurrent or "the controller's default",
+            "callback_to_provisioned": distribution(after_callback([name for _ns, name in keys])),
+            "writer_failures": list(writer.failures) if writer is not None else [],
             "host_states": states,
             **common.double_bindings(self.admin, site.namespace),
         }
@@ -966,6 +1007,13 @@ class Bench:
                 unit="req",
                 note=f"min {min(per_host)}, max {max(per_host)} per system, incl. power polls; + "
                 f"{w['redfish_requests_not_per_system'] / len(per_host):.1f} to the service root and sessions",
+            )
+        if writer is not None and w["callback_to_provisioned"].get("n"):
+            self.row(
+                "provision",
+                "wave: writer's callback -> Provisioned (max)",
+                w["callback_to_provisioned"]["max"],
+                note=f"p50 {w['callback_to_provisioned']['p50']:.1f} s, disk image",
             )
         self.row(
             "provision",
@@ -1547,6 +1595,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resync-probes", type=int, default=20, help="new claims, one at a time, during resyncs")
     p.add_argument("--provision-samples", type=int, default=5, help="idle create -> Provisioned samples")
     p.add_argument("--wave", type=int, default=100, help="claims provisioned at once (needs as many BMCs)")
+    p.add_argument(
+        "--provision-image",
+        choices=("live-iso", "disk"),
+        default="live-iso",
+        help="provision scenario's image: a live ISO, or a disk image (deploy ISO, media server, a stand-in writer)",
+    )
+    p.add_argument(
+        "--writer-seconds", type=float, default=20.0, help="disk image: the stand-in writer's time to call back"
+    )
+    p.add_argument(
+        "--provision-max-concurrent", type=int, default=0, help="the provisioner's flag (0: the controller's default)"
+    )
     p.add_argument("--churn-seconds", type=float, default=120.0)
     p.add_argument("--churn-rate", type=float, default=4.0, help="claims created (and deleted) per second")
     p.add_argument("--churn-hosts", type=int, default=40)

@@ -33,7 +33,7 @@ if str(COLLECTIONS) not in sys.path:
 
 from metalclaim_dev.claimlayer import Rack  # noqa: E402
 from metalclaim_dev.controllerproc import ControllerProcess  # noqa: E402
-from metalclaim_dev.netfixtures import FaultProxy  # noqa: E402
+from metalclaim_dev.netfixtures import FaultProxy, post_json  # noqa: E402
 from metalclaim_dev.site import Site  # noqa: E402
 from metalclaim_dev.support import create_namespace, delete_namespaces  # noqa: E402, F401 (bench/run.py's)
 
@@ -521,3 +521,58 @@ def floor_times(work: Path, kubeconfig: str, runs: int = 10) -> list[float]:
         return [runner.run(str(playbook), {}).seconds for _run in range(runs)]
     finally:
         runner.close()
+
+
+# -- a stand-in for the image writer ------------------------------------------------------------
+
+
+class FakeWriter(threading.Thread):
+    """The image writer as the emulated BMCs cannot run it: each config drive published in the media directory
+    (media/<token>/config-drive.iso, a deploy or cleaning job) is answered `seconds` later with a successful callback
+    to the media server, as a writer booted from the deploy ISO would once it wrote its image. Each callback's time
+    (time.monotonic()) is kept under the name of the host whose operation held the token (one LIST of hosts per
+    callback): `called_back[host name]`."""
+
+    def __init__(self, admin, namespace: str, media_dir: str, media_url: str, seconds: float):
+        super().__init__(name="fake-writer", daemon=True)
+        self.admin, self.namespace = admin, namespace
+        self.media = Path(media_dir) / "media"
+        self.url, self.seconds = media_url, seconds
+        self.stop = threading.Event()
+        self.called_back: dict[str, float] = {}
+        self.failures: list[str] = []
+        self._due: dict[str, float] = {}  # token -> when its callback goes
+
+    def _host_of(self, token: str) -> str | None:
+        for host in api(self.admin, "BareMetalHost").get(namespace=self.namespace).to_dict()["items"]:
+            annotations = host["metadata"].get("annotations") or {}
+            with contextlib.suppress(ValueError, TypeError):
+                operation = json.loads(annotations.get("provisioner.metalclaim.io/operation") or "{}")
+                if token in (operation.get("token"), operation.get("warm")):
+                    return host["metadata"]["name"]
+        return None
+
+    def run(self) -> None:
+        while not self.stop.wait(0.05):
+            now = time.monotonic()
+            with contextlib.suppress(FileNotFoundError):
+                for entry in os.scandir(self.media):
+                    if entry.name not in self._due and (Path(entry.path) / "config-drive.iso").exists():
+                        self._due[entry.name] = now + self.seconds
+            for token, due in list(self._due.items()):
+                if due is None or due > now:
+                    continue
+                self._due[token] = None  # answered once
+                try:
+                    post_json(f"{self.url}/callback/{token}", {"status": "success", "message": "bench: written"})
+                except OSError as error:  # withdrawn meanwhile (the host moved on): nobody to tell
+                    self.failures.append(str(error)[:200])
+                    continue
+                called = time.monotonic()
+                name = self._host_of(token)
+                if name is not None:
+                    self.called_back[name] = called
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join(5)
