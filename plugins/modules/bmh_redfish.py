@@ -103,7 +103,8 @@ options:
         watches the callbacks in O(media_dir) and runs the host's step when one arrives). A host whose writer is at
         work then asks for its next step (RV(hosts[].requeue_after)) only about once a minute, as a safety net, or
         when its O(callback_timeout) falls due if that is sooner, instead of every few seconds.
-      - Leave it false when nothing watches the callbacks (a playbook run by hand), where only the short poll finds them.
+      - Leave it false when nothing watches the callbacks (a playbook run by hand), where only the short poll finds
+        them.
     type: bool
     default: false
   power_poll_interval:
