@@ -51,8 +51,9 @@ BINDING_ELSEWHERE = "BindingElsewhere"
 
 def bind_claims(run) -> dict:
     """Bind the claims oldest first: plan each in order against the hosts as the claims before it left them (a host
-    planned for one is reserved in memory), commit the plans `run.workers` at a time, then go once more, one at a
-    time, through the claims whose planned host another binder took meanwhile (see _next_after_conflict)."""
+    planned for one is reserved in memory), commit the plans in waves of a few at once, then go one at a time (see
+    _next_after_conflict) through what another binder got in the way of: the claims whose planned host it took, and
+    those left after the wave that met it."""
     kube = run.kube
     claims = run.claims()
     order = {binding.key(c): index for index, c in enumerate(claims)}
@@ -75,7 +76,8 @@ def bind_claims(run) -> dict:
             taken["spec"]["consumerRef"] = binding.claim_ref(claim)
             index.put(taken)  # the next claims plan without it
         planned.append((plan, reserved))
-    retry = []
+    retry = []  # claims whose planned host another binder took: planned again
+    met = []  # another binder was seen (list.append: safe from the wave's threads)
 
     def commit(item) -> None:
         plan, reserved = item
@@ -83,19 +85,20 @@ def bind_claims(run) -> dict:
             results.append(_commit(run, plan, index, reserved))
         except _TakenMeanwhile:
             retry.append(plan.claim)
+            met.append(True)
             return
         if _collided(results[-1]):
-            retry.append(None)  # counted, not retried: another binder has the claim
+            met.append(True)
 
     # Waves of a few commits at once: after a wave that met another binder (it walks the same claims in the same
     # order, and would collide on every one), what is left goes one at a time from a random point instead.
     wave = max(run.workers, 1) * 2
-    while planned and not retry:
+    while planned and not met:
         run.each(commit, planned[:wave])
         planned = planned[wave:]
     pending = [] if alone else list(claims)
     if retry or planned:  # another binder is walking the same claims: from a fresh read, one at a time
-        left = [c for c in retry if c is not None] + [plan.claim for plan, _reserved in planned]
+        left = retry + [plan.claim for plan, _reserved in planned]
         pending, index = _next_after_conflict(kube, sorted(left, key=lambda c: order[binding.key(c)]))
     while pending:
         claim = pending.pop(0)
