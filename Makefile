@@ -136,11 +136,9 @@ test: test-packages lint galaxy-check sanity matrix controlplane molecule
 # Real VMs under TCG (root; libvirtd, QEMU, OVMF, libvirt-python: see README), not part of `make test`: the controller
 # end to end, the deploy ISO and disk images, faults. Each file brings up a devenv and VMs of its own; two files at
 # once keep both cores busy (a VM mostly waits on its firmware and the controller's requeues). METALCLAIM_E2E_VMS=4
-# runs the controller flow on 4 VMs at once. Each file names its worker's group (pytestmark xdist_group): the
-# groups balance the files' times (CI at f009d14: e2e-a 950 s, test_e2e_controller and test_vm_firmware; e2e-b
-# 1035 s, the rest), where --dist loadfile left one worker 1165 s of files and the other 820 s.
+# runs the controller flow on 4 VMs at once.
 e2e: vm-setup controlplane
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --durations=25 tests/e2e
+	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=25 tests/e2e
 
 # The controller image, built here with podman and no registry: its base is debootstrapped from Debian packages
 # (hack/build-base-image.sh, cached in ~/.cache/metalclaim), or BASE_IMAGE=docker.io/library/python:3.11-slim.

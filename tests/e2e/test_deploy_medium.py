@@ -23,9 +23,6 @@ import pytest
 
 from metalclaim_dev.devenv.images import build_deploy_iso
 
-# make e2e: two workers, one group each (--dist loadgroup); a file's VMs stay on one worker (see Makefile).
-pytestmark = pytest.mark.xdist_group("e2e-b")
-
 VOLUME_ID = "METALCLAIM_DEPLOY"  # files/metalclaim-build-deploy-iso's
 
 

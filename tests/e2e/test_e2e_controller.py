@@ -56,9 +56,6 @@ from metalclaim_dev.vmenv import (
     vm_environment,
 )
 
-# make e2e: two workers, one group each (--dist loadgroup); a file's VMs stay on one worker (see Makefile).
-pytestmark = pytest.mark.xdist_group("e2e-a")
-
 VMS = int(os.environ.get("METALCLAIM_E2E_VMS", "1"))
 # Seconds for N VMs under TCG on 2 shared cores: the deploys run side by side and share the CPU.
 DEPLOY_TIMEOUT = 300 + 150 * VMS

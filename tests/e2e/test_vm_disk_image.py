@@ -38,9 +38,6 @@ from metalclaim_dev.vmenv import (
     vm_site,
 )
 
-# make e2e: two workers, one group each (--dist loadgroup); a file's VMs stay on one worker (see Makefile).
-pytestmark = pytest.mark.xdist_group("e2e-b")
-
 HOST = "vm-0"
 
 

@@ -23,9 +23,6 @@ from metalclaim_dev.devenv.images import build_marker_iso
 from metalclaim_dev.site import TENANT, settle
 from metalclaim_dev.vmenv import vm_environment, vm_site
 
-# make e2e: two workers, one group each (--dist loadgroup); a file's VMs stay on one worker (see Makefile).
-pytestmark = pytest.mark.xdist_group("e2e-a")
-
 HOST = "vm-0"
 BASELINE = "provisioner.metalclaim.io/firmware-baseline"
 ASKED = {"ProcTurboMode": "Disabled", "QuietBoot": "false"}

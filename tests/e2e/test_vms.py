@@ -20,9 +20,6 @@ from metalclaim_dev.site import settle
 from metalclaim_dev.support import eventually
 from metalclaim_dev.vmenv import vm_environment, vm_site
 
-# make e2e: two workers, one group each (--dist loadgroup); a file's VMs stay on one worker (see Makefile).
-pytestmark = pytest.mark.xdist_group("e2e-b")
-
 HOST = "vm-0"
 LIVE_ISO_MARKER = "metalclaim-live-iso-marker-7f3c"
 

@@ -43,9 +43,6 @@ from metalclaim_dev.vmenv import (
     vm_environment,
 )
 
-# make e2e: two workers, one group each (--dist loadgroup); a file's VMs stay on one worker (see Makefile).
-pytestmark = pytest.mark.xdist_group("e2e-b")
-
 VMS = int(os.environ.get("METALCLAIM_WARM_VMS", "1"))
 # What a warm writer prints on the serial console as it takes a job (no firmware, no deploy ISO boot before it).
 WARM_MILESTONES = (
