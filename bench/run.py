@@ -646,13 +646,7 @@ class Bench:
                 + (f"; {f['runs_failed']} failed" if f["runs_failed"] else "")
             ),
         )
-        each("controller RSS", lambda k, f: round(f["controller_rss_mib"], 1), unit="MiB", note=lambda k, f: "after")
-        each("runner RSS", lambda k, f: round(f["runner_rss_mib"], 1), unit="MiB", note=lambda k, f: "after, all slots")
-        each(
-            "double bindings",
-            lambda k, f: f["claims_on_two_hosts"] + f["claims_disagreeing_with_their_host"],
-            unit="",
-        )
+        _after_storm_rows(each, "after, all slots")
         measured = {
             k: (
                 f.get("last_create_to_all_associated") if f.get("complete") else None,
@@ -708,13 +702,7 @@ class Bench:
                 f"batch sizes {_short(f['batch_sizes'])}" + (f"; {f['runs_failed']} failed" if f["runs_failed"] else "")
             ),
         )
-        each("controller RSS", lambda n, f: round(f["controller_rss_mib"], 1), unit="MiB", note=lambda n, f: "after")
-        each("runner RSS", lambda n, f: round(f["runner_rss_mib"], 1), unit="MiB", note=lambda n, f: "after")
-        each(
-            "double bindings",
-            lambda n, f: f["claims_on_two_hosts"] + f["claims_disagreeing_with_their_host"],
-            unit="",
-        )
+        _after_storm_rows(each, "after")
         each(
             "per-claim cost",
             lambda n, f: _rounded(costs[n]["ms_per_claim"], 2),
@@ -1371,6 +1359,17 @@ def _environment(values: dict):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def _after_storm_rows(each, runner_note: str) -> None:
+    """The rows every storm variant ends with: RSS of the controller and its runners, double bindings."""
+    each("controller RSS", lambda v, f: round(f["controller_rss_mib"], 1), unit="MiB", note=lambda v, f: "after")
+    each("runner RSS", lambda v, f: round(f["runner_rss_mib"], 1), unit="MiB", note=lambda v, f: runner_note)
+    each(
+        "double bindings",
+        lambda v, f: f["claims_on_two_hosts"] + f["claims_disagreeing_with_their_host"],
+        unit="",
+    )
 
 
 def _claims_note(figures: dict) -> str:
