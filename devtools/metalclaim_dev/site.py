@@ -171,6 +171,12 @@ class Site:
                 return None
             raise
 
+    def claim_powered_on(self, name: str) -> bool:
+        """Whether the claim says it holds a host that is powered on: the claim side bound it and the provisioner
+        powered it (the BMC alone cannot tell: a warm host is on before any claim)."""
+        status = (self.read_claim(name) or {}).get("status") or {}
+        return bool(status.get("hostUID")) and status.get("poweredOn") is True
+
     def bmc(self, system: int) -> RedfishClient:
         address = parse_bmc_address(self.systems[system]["address"])
         return RedfishClient(address, self.username, self.password, timeout=5)

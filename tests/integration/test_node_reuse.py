@@ -339,7 +339,11 @@ def test_with_the_provisioner_an_uncleaned_hold_is_wiped_before_the_pool(devenv,
     try:
         eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{both()}")
         site.claim("a", online=True, nodeReuse={"key": "md-0"})
-        eventually(lambda: bmc.power_state() == "On", timeout=60, message=f"a's host powered on\n{both()}")
+        eventually(
+            lambda: site.claim_powered_on("a") and bmc.power_state() == "On",
+            timeout=60,
+            message=f"a's host powered on\n{both()}",
+        )
         site.api("HostClaim", identity="tenant-a").delete(name="a", namespace=TENANT_A)
         eventually(
             lambda: "metalclaim.io/reuse-hold" in (site.read("h0")["metadata"].get("annotations") or {}),

@@ -42,7 +42,11 @@ def test_a_host_reaches_the_next_tenant_only_powered_off_and_cleaned(devenv, sit
     try:
         eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{both()}")
         site.claim("a", online=True)  # tenant A: no image, powered on
-        eventually(lambda: bmc.power_state() == "On", timeout=60, message=f"A's host powered on\n{both()}")
+        eventually(
+            lambda: site.claim_powered_on("a") and bmc.power_state() == "On",
+            timeout=60,
+            message=f"A's host powered on\n{both()}",
+        )
         selector = {"matchLabels": {"infra-kind": site.kind}}
         claims_b = site.api("HostClaim", identity=TENANT_B)
         claims_b.create(

@@ -103,7 +103,11 @@ def test_a_cleaned_host_stays_warm_and_its_writer_deploys_the_next_claim(devenv,
     try:
         eventually(lambda: site.state("h0") == "available", timeout=90, message=f"h0 available\n{both()}")
         site.claim("a", online=True)  # a first tenant's use: the host must be cleaned after it
-        eventually(lambda: bmc.power_state() == "On", timeout=60, message=f"a's host powered on\n{both()}")
+        eventually(
+            lambda: site.claim_powered_on("a") and bmc.power_state() == "On",
+            timeout=60,
+            message=f"a's host powered on\n{both()}",
+        )
         waiting = release(site, bmc, "a", both)
         host = site.read("h0")
         assert host["status"]["poweredOn"] is True and host["status"]["provisioning"]["state"] == "available"
