@@ -9,9 +9,10 @@ HOSTS ?= 4
 # The older ansible-core releases of the supported range (meta/runtime.yml), exact: the .venv has the newest.
 ANSIBLE_MATRIX ?= 2.17.14 2.18.19
 # pytest-xdist workers: each runs whole files (--dist loadfile) against a devenv of its own. Most tests wait on
-# processes and the API server, so two workers keep two cores busy where one left them half idle.
+# processes and the API server, so two workers keep two cores busy where one left them half idle. Files marked
+# minutes(N) go first, longest first (tests/conftest.py), so that both workers end together.
 PYTEST_WORKERS ?= 2
-PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 BENCH_DIR ?= .bench-devenv
 BENCH_OUT ?= bench/out
 BENCH_ARGS ?=
@@ -20,7 +21,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup system-packages test-packages vm-setup demo demo-vm test e2e unit integration lint build galaxy-check sanity matrix molecule devenv-up devenv-down controlplane clean lock bench
+.PHONY: help setup system-packages test-packages vm-setup demo demo-vm test static-checks role-checks e2e unit integration lint build galaxy-check sanity matrix molecule devenv-up devenv-down controlplane clean lock bench
 
 help:
 	@echo "make demo   - bring up the local environment, start the controller, play the user guide with kubectl"
@@ -130,8 +131,19 @@ matrix: build
 molecule: setup controlplane
 	$(VENV)/bin/molecule test --all  # molecule/*: default (the install role), hosts, policy, claims, claimsets
 
-test: test-packages lint galaxy-check sanity matrix controlplane molecule
+# The checks before the tests, on two lanes at once: the static ones (lint, the tarball, sanity, the ansible-core
+# matrix: CPU-bound, one after the other, as ansible-test's virtualenvs are shared) beside the control plane's
+# build and molecule (mostly waiting on its control planes). Each lane's output comes in one piece when it ends.
+test: test-packages setup
+	@echo "test: lint, galaxy-check, sanity, matrix beside controlplane, molecule (each lane printed when it ends)"
+	$(MAKE) -j2 --output-sync=recurse static-checks role-checks
 	$(PY) -m pytest $(PYTEST_PARALLEL) --durations=25 tests/unit tests/integration
+
+static-checks:
+	$(MAKE) -j1 lint galaxy-check sanity matrix
+
+role-checks:
+	$(MAKE) -j1 controlplane molecule
 
 # Real VMs under TCG (root; libvirtd, QEMU, OVMF, libvirt-python: see README), not part of `make test`: the controller
 # end to end, the deploy ISO and disk images, faults. Each file brings up a devenv and VMs of its own; two files at
