@@ -23,6 +23,8 @@ import pytest
 
 from metalclaim_dev.devenv.images import build_deploy_iso
 
+pytestmark = pytest.mark.minutes(3)
+
 VOLUME_ID = "METALCLAIM_DEPLOY"  # files/metalclaim-build-deploy-iso's
 
 

@@ -56,6 +56,8 @@ from metalclaim_dev.vmenv import (
     vm_environment,
 )
 
+pytestmark = pytest.mark.minutes(13)
+
 VMS = int(os.environ.get("METALCLAIM_E2E_VMS", "1"))
 # Seconds for N VMs under TCG on 2 shared cores: the deploys run side by side and share the CPU.
 DEPLOY_TIMEOUT = 300 + 150 * VMS

@@ -38,6 +38,8 @@ from metalclaim_dev.vmenv import (
     vm_site,
 )
 
+pytestmark = pytest.mark.minutes(7)
+
 HOST = "vm-0"
 
 

@@ -23,6 +23,8 @@ from metalclaim_dev.devenv.images import build_marker_iso
 from metalclaim_dev.site import TENANT, settle
 from metalclaim_dev.vmenv import vm_environment, vm_site
 
+pytestmark = pytest.mark.minutes(2)
+
 HOST = "vm-0"
 BASELINE = "provisioner.metalclaim.io/firmware-baseline"
 ASKED = {"ProcTurboMode": "Disabled", "QuietBoot": "false"}

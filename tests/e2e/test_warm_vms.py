@@ -43,6 +43,8 @@ from metalclaim_dev.vmenv import (
     vm_environment,
 )
 
+pytestmark = pytest.mark.minutes(7)
+
 VMS = int(os.environ.get("METALCLAIM_WARM_VMS", "1"))
 # What a warm writer prints on the serial console as it takes a job (no firmware, no deploy ISO boot before it).
 WARM_MILESTONES = (

@@ -19,7 +19,7 @@ from metalclaim_dev.support import REPO_ROOT
 PLAYBOOK = REPO_ROOT / "playbooks" / "reconcile.yml"
 RECONCILE = "Reconcile the claims (release, bind, copy data Secrets, sync)"
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(3)]
 
 
 def bind(devenv, tmp_path, rack, check_mode: bool = False) -> dict:

@@ -24,7 +24,7 @@ from metalclaim_dev.controllerproc import provisioner as provisioner_side
 from metalclaim_dev.site import TENANT
 from metalclaim_dev.support import REPO_ROOT, eventually, run_playbook
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(5)]
 REACTION = 20  # seconds: a run is ~1-2 s of ansible-runner; generous for a loaded CI machine
 
 

@@ -21,7 +21,7 @@ from metalclaim_dev.controllerproc import ControllerProcess, associated, claim_s
 from metalclaim_dev.devenv.controlplane import start_apiserver, stop_apiserver
 from metalclaim_dev.support import eventually
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(2)]
 SETTLE = 120  # seconds: a generous bound for convergence on a loaded 2-core machine (detects a hang, not a speed)
 
 

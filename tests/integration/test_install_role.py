@@ -8,7 +8,7 @@ import pytest
 
 from metalclaim_dev.support import REPO_ROOT, run_playbook
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(4)]
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "install.yml"
 

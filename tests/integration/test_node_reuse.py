@@ -28,7 +28,7 @@ from metalclaim_dev.controllerproc import ControllerProcess, associated, associa
 from metalclaim_dev.netfixtures import post_json
 from metalclaim_dev.support import eventually
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(2)]
 REACTION = 20  # seconds: a run is ~0.2-2 s
 LATENCY = 5.0  # seconds from a hold's end to its mark removed: ~0.8 s measured, the rest is CI load
 HOLD = "metalclaim.io/reuse-hold"

@@ -30,7 +30,7 @@ from metalclaim_dev.remotecluster import (  # noqa: F401 (fixtures)
 from metalclaim_dev.site import Site
 from metalclaim_dev.support import eventually
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(2)]
 REACTION = 30  # seconds: a run is ~1-3 s of ansible-runner, a remote claim is polled every 2 s until Ready
 REMOTE_FINALIZER = "metalclaim.io/remote"
 MIRROR_CONDITIONS = {"RemoteCluster", "Mirrored"}

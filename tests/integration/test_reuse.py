@@ -22,7 +22,7 @@ from metalclaim_dev.sides import BmcTimeline, Sides
 from metalclaim_dev.site import TENANT
 from metalclaim_dev.support import eventually
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(2)]
 TENANT_B, TENANT_B_NAMESPACE = "tenant-b", "tenant-b"
 
 

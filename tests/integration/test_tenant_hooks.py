@@ -33,7 +33,7 @@ from metalclaim_dev.tenancy import (
     tenants_side,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(2)]
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "tenant.yml"
 METAL3 = "metal3.io/v1alpha1"

@@ -25,7 +25,7 @@ from metalclaim_dev.sides import BmcTimeline, Sides
 from metalclaim_dev.site import TENANT
 from metalclaim_dev.support import eventually
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(4)]
 IMAGE = {"url": "http://127.0.0.1:9/node.qcow2", "format": "qcow2", "checksum": "0" * 64, "checksumType": "sha256"}
 
 
