@@ -340,8 +340,11 @@ def with_finalizer(kube, claim: dict, check_mode: bool) -> tuple[dict, bool]:
     """Make sure the claim carries our finalizer, so its deletion waits for the release.
 
     Concurrent binders walking the same claims all write it: one whose write conflicts reads the claim again and
-    goes on when the finalizer is there, on the claim as planned (same generation, not being deleted). Which binder
-    binds the claim is decided later, by the host's and the status's resourceVersions; this write decides nothing.
+    goes on when the finalizer is there, on the claim as planned (same generation, not being deleted, its status
+    naming the same host or none, as it did). Which binder binds the claim is decided later, by the host's and the
+    status's resourceVersions; this write decides nothing. The version returned is the one the status write is
+    guarded by: a version whose status another binder already bound would let this run bind the claim a second
+    time, so that is a conflict.
     """
     finalizers = claim["metadata"].get("finalizers") or []
     if binding.FINALIZER in finalizers:
@@ -355,6 +358,8 @@ def with_finalizer(kube, claim: dict, check_mode: bool) -> tuple[dict, bool]:
         fresh = kube.get(API_VERSION, "HostClaim", name, namespace)
         planned = fresh is not None and not fresh["metadata"].get("deletionTimestamp")
         if not planned or fresh["metadata"].get("generation") != claim["metadata"].get("generation"):
+            raise
+        if recorded_host(fresh) != recorded_host(claim):  # bound (or released) by another binder meanwhile
             raise
         if binding.FINALIZER in (fresh["metadata"].get("finalizers") or []):
             return fresh, False

@@ -6,7 +6,9 @@ from __future__ import annotations
 import copy
 import json
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook
+import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.writes import StatusBook, with_finalizer
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
 
 CLAIM = {
@@ -172,3 +174,37 @@ def test_a_binding_is_not_committed_on_a_claim_whose_finalizer_went_meanwhile():
     assert kube.patches == []  # no status names the host
     assert (given_back, committed) == (["h"], [])
     assert (result["action"], result["host"]) == ("conflict", None)
+
+
+class LockedMeanwhile:
+    """Another binder wrote our finalizer first (our write conflicts), then maybe committed a binding."""
+
+    def __init__(self, fresh: dict):
+        self.fresh = fresh
+
+    def replace(self, obj):
+        raise ConflictError("the object has been modified")
+
+    def get(self, api_version, kind, name, namespace):
+        return copy.deepcopy(self.fresh)
+
+
+def _locked(status: dict) -> dict:
+    fresh = copy.deepcopy(CLAIM)
+    fresh["metadata"].update(resourceVersion="3", finalizers=[binding.FINALIZER])
+    fresh["status"] = status
+    return fresh
+
+
+def test_a_finalizer_written_by_another_binder_is_taken_as_ours_while_the_claim_is_unbound():
+    claim, wrote = with_finalizer(LockedMeanwhile(_locked({})), CLAIM, check_mode=False)
+    assert not wrote and claim["metadata"]["resourceVersion"] == "3"  # the version the status write is guarded by
+
+
+def test_a_claim_another_binder_bound_meanwhile_is_a_conflict_never_a_version_to_bind_it_again_on():
+    # Under load (the 1000-claim race in CI): run A wrote the finalizer and committed host h1 before run B's
+    # finalizer write was answered. Had B gone on with that version, its status write naming h2 would not conflict:
+    # the claim would hold two hosts.
+    bound = _locked({"hardwareData": {"namespace": "i", "name": "h1"}})
+    with pytest.raises(ConflictError):
+        with_finalizer(LockedMeanwhile(bound), CLAIM, check_mode=False)
