@@ -166,6 +166,14 @@ def main(argv=None) -> int:
         where = f"--kubeconfig {settings.kubeconfig}" if settings.kubeconfig else "not in a pod, the default kubeconfig"
         return _fail(f"{where}: {error}")
     controller = Controller(settings, api_client)
+    stopping = threading.Event()
+
+    def on_signal(signum, _frame):
+        stopping.set()
+
+    # Before the probes answer: a SIGTERM from the first moment stops the controller cleanly.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     servers = [
         _serve(
             settings.metrics_bind_address,
@@ -183,13 +191,6 @@ def main(argv=None) -> int:
             },
         ),
     ]
-    stopping = threading.Event()
-
-    def on_signal(signum, _frame):
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     controller.start()
     while not stopping.wait(0.5) and not controller.stop.is_set():
         pass

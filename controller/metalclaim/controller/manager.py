@@ -54,7 +54,8 @@ class Controller:
         self._release_lease = threading.Event()  # set once no run is in flight: only then may another leader start
 
     def synced(self) -> bool:
-        return all(r.synced.is_set() for r in self.reflectors)
+        # Not before start(): no watch yet is not every watch synced (the readiness probe asks from the first moment).
+        return bool(self.reflectors) and all(r.synced.is_set() for r in self.reflectors)
 
     def alive(self) -> bool:
         threads = [*self.reflectors, *list(self.handlers.secret_reflectors.values()), *self.dispatcher.threads]

@@ -187,3 +187,9 @@ def test_a_baremetal_batch_never_waits_behind_a_remote_one():
         controller.queue.shutdown()
         for dispatcher in dispatchers:
             dispatcher.join(5)
+
+
+def test_a_controller_not_started_is_not_ready():
+    # Its readiness probe answers before start(): no watch yet must not read as every watch synced.
+    controller = Controller(Settings(watch_secrets=False), api_client=None)
+    assert controller.synced() is False
