@@ -48,9 +48,26 @@ def tenancy_rights(clients, user: str = "metalclaim-controller"):
         }
     )
     try:
+        _until_authorized(clients, user)
         yield
     finally:
         bindings.delete(name=name)
+
+
+def _until_authorized(clients, user: str, timeout: float = 30.0) -> None:
+    """Until the API server's authorizer has the new binding (its RBAC cache follows a watch: under load, the
+    first requests after the create may still be refused): the role's first rule, asked as a SubjectAccessReview."""
+    role = clients["admin"].resources.get(api_version=RBAC, kind="ClusterRole").get(name="metalclaim-tenancy")
+    rule = role.to_dict()["rules"][0]
+    attributes = {"group": rule["apiGroups"][0], "resource": rule["resources"][0], "verb": rule["verbs"][0]}
+    reviews = clients["admin"].resources.get(api_version="authorization.k8s.io/v1", kind="SubjectAccessReview")
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview"}
+    body["spec"] = {"user": user, "resourceAttributes": attributes}
+    deadline = time.monotonic() + timeout
+    while not reviews.create(body=body).to_dict()["status"].get("allowed"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{user} not authorized by the tenancy role within {timeout}s")
+        time.sleep(0.1)
 
 
 def as_user(devenv, user: str, group: str) -> DynamicClient:
