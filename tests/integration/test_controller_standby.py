@@ -63,7 +63,13 @@ def test_a_claim_batch_goes_to_the_standby_run(standby, rack, tmp_path):
         data = event.get("event_data") or {}
         if event.get("event") == "runner_on_ok" and data.get("resolved_action", "").endswith("hostclaim_reconcile"):
             results.append(data["res"])
-    bound = [c for r in results for c in (r.get("bind") or {}).get("claims", []) if c.get("name") == "c1"]
+    # (A run serves every namespace: an earlier test's claim c1 elsewhere may be in its results too.)
+    bound = [
+        c
+        for r in results
+        for c in (r.get("bind") or {}).get("claims", [])
+        if (c["namespace"], c["name"]) == (TENANT_A, "c1")
+    ]
     assert bound and bound[0]["host"] == f"{rack.namespace}/h1", results
 
 
