@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from metalclaim_dev.controllerproc import ControllerProcess
+from metalclaim_dev.support import eventually
 
 # The claim side, as the tenant step binds its Secret rights in each tenant namespace (the devenv's user).
 CLAIM_SIDE = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "metalclaim-controller"}]
@@ -63,11 +64,12 @@ def _until_authorized(clients, user: str, timeout: float = 30.0) -> None:
     reviews = clients["admin"].resources.get(api_version="authorization.k8s.io/v1", kind="SubjectAccessReview")
     body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview"}
     body["spec"] = {"user": user, "resourceAttributes": attributes}
-    deadline = time.monotonic() + timeout
-    while not reviews.create(body=body).to_dict()["status"].get("allowed"):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{user} not authorized by the tenancy role within {timeout}s")
-        time.sleep(0.1)
+    eventually(
+        lambda: reviews.create(body=body).to_dict()["status"].get("allowed"),
+        timeout=timeout,
+        interval=0.1,
+        message=f"{user} authorized by the tenancy role",
+    )
 
 
 def as_user(devenv, user: str, group: str) -> DynamicClient:
