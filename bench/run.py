@@ -31,6 +31,8 @@ Scenarios (each with its own namespaces, deleted afterwards; one failing is repo
   tenants    the controller's tenants side: a Tenant applied -> Deployed, one at a time (--tenant-samples),
              then --tenants applied at once (each: a child namespace, a host pool, a quota): all Deployed,
              per-tenant latencies, runs; then all deleted -> gone
+  storm-old  the storm again with the controller and collection of --old-rev (default: the revision before
+             the chunked bind), on the same devenv: the path it replaced, beside the storm in the plot
   storm-scale  (long: only when named in --scenarios) the storm at each of --scale-sizes (100,1000,5000), each
              its own rack and controller: time, claims/s, runs, controller and runner RSS, the per-claim cost
              (ms of first create -> all Associated per claim) and its growth over the smallest size's
@@ -64,7 +66,22 @@ from metalclaim_dev.devenv.env import Devenv, tenant_namespace_bindings
 from metalclaim_dev.netfixtures import FileServer, MediaServer
 from metalclaim_dev.tenancy import tenancy_rights
 
-SCENARIOS = ("floor", "idle", "storm", "resync", "baseline", "slots", "provision", "churn", "tenants", "storm-scale")
+SCENARIOS = (
+    "floor",
+    "idle",
+    "storm",
+    "resync",
+    "baseline",
+    "storm-old",
+    "slots",
+    "provision",
+    "churn",
+    "tenants",
+    "storm-scale",
+)
+# storm-old's revision: the last one before the chunked bind (72ae34f), whose runs wrote every claim's status at the
+# end of the batch and committed its bindings one at a time.
+OLD_REV = "72ae34f^"
 # What runs without --scenarios: all but the long per-claim cost table (three storms, the largest of 5,000 claims).
 DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s != "storm-scale")
 
@@ -390,7 +407,9 @@ class Bench:
             unit="/s" if rate else "",
             note=f"{figures['associated']}/{figures['claims']} claims{note}",
         )
-        self.rows_for(scenario, "create->Associated", figures["latency"], figures["claims"], note=note)
+        self.rows_for(
+            scenario, "create->Associated", figures["latency"], figures["claims"], note=note.removeprefix("; ")
+        )
         sizes = figures.get("batch_sizes") or []
         self.row(
             scenario,
@@ -567,6 +586,43 @@ class Bench:
                 records.append((key, sent, self.watch.at("Association", key)))
         except Exception as error:  # the storm goes on; the probes' rows say how many they have
             errors.append(f"{type(error).__name__}: {error}")
+
+    def old_checkout(self) -> tuple[Path, str]:
+        """--old-rev's tree, exported (git archive) into the work directory once: (its root, its commit)."""
+        rev = self.args.old_rev
+        found = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+            capture_output=True,
+            text=True,
+        )
+        if found.returncode:
+            raise RuntimeError(f"--old-rev {rev} is not a commit of this clone (a shallow clone lacks it)")
+        commit = found.stdout.strip()
+        root = self.work / f"old-{commit[:10]}"
+        if not root.exists():
+            root.mkdir()
+            archive = subprocess.Popen(["git", "-C", str(REPO), "archive", commit], stdout=subprocess.PIPE)
+            subprocess.run(["tar", "-x", "-C", str(root)], stdin=archive.stdout, check=True)
+            if archive.wait():
+                raise RuntimeError(f"git archive {commit} failed")
+        return root, commit
+
+    def scenario_storm_old(self, out: dict, stack: contextlib.ExitStack) -> None:
+        """The storm at --old-rev (its controller and collection, this devenv): the path it replaced, for the
+        bound-over-time plot."""
+        self._floor_needed()
+        root, commit = self.old_checkout()
+        n = self.args.storm_claims
+        self.progress.note(f"storm-old: the storm at {self.args.old_rev} ({commit[:10]}), {n} available hosts")
+        rack = rack_of(self.admin, n, self.args.storm_namespaces, prefix="bench-old", threads=self.args.threads)
+        stack.callback(rack.teardown, teardown_wait(n))
+        controller = self.controller("claims", [rack.namespace], "storm-old", mode="batch", install=root)
+        stack.callback(controller.stop)
+        controller.settle(quiet=1.0)
+        keys = [(rack.tenants[index % len(rack.tenants)], f"o{index:04d}") for index in range(n)]
+        out.update(self._storm(f"storm-old ({n})", rack, keys, controller, timeout=120 + 0.5 * n))
+        out["revision"] = commit
+        self._storm_rows("storm-old", out, note=f"; {self.args.old_rev} = {commit[:10]}")
 
     def scenario_slots(self, out: dict, stack: contextlib.ExitStack) -> None:
         """The same storm under --runner-slots 1, 2 and N, each its own rack and controller, probes during it."""
@@ -1476,7 +1532,13 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
 
     ax = axes[0][1]
     storm, base = results.get("storm") or {}, results.get("baseline") or {}
-    for figures, label in ((storm, "ours (batch)"), (base, "baseline per-event (measured)")):
+    old = results.get("storm-old") or {}
+    compared = (
+        (storm, "ours (chunked batch)"),
+        (old, f"old path ({str(old.get('revision', ''))[:10]}: one status write at the batch's end)"),
+        (base, "baseline per-event (measured)"),
+    )
+    for figures, label in compared:
         if figures.get("latency", {}).get("n"):
             ordered = sorted(figures["bound_over_time"])
             ax.plot(ordered, range(1, len(ordered) + 1), label=f"{label}: {figures['claims']} claims")
@@ -1493,7 +1555,7 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
     _legend(ax, loc="lower right")
 
     ax = axes[0][2]
-    for figures, label in ((storm, "ours (batch)"), (base, "baseline per-event (measured)")):
+    for figures, label in compared:
         ecdf(ax, figures.get("latency_samples"), label)
     ax.set(title="bind storm: create -> Association=True", xlabel="seconds", ylabel="fraction of claims")
     if ax.lines:
@@ -1589,7 +1651,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--idle-gap", type=float, default=None, help="seconds of quiet between idle claims (1.5 F)")
     p.add_argument("--storm-claims", type=int, default=1000)
     p.add_argument("--storm-namespaces", type=int, default=10)
-    p.add_argument("--baseline-claims", type=int, default=50, help="the per-event storm's size (extrapolated)")
+    p.add_argument("--baseline-claims", type=int, default=100, help="the per-event storm's size (extrapolated)")
+    p.add_argument(
+        "--old-rev", default=OLD_REV, help=f"storm-old's revision (default {OLD_REV}: before the chunked bind)"
+    )
     p.add_argument("--resync-period", type=float, default=20.0, help="the resync scenario controller's period")
     p.add_argument("--resync-probes", type=int, default=20, help="new claims, one at a time, during resyncs")
     p.add_argument("--provision-samples", type=int, default=5, help="idle create -> Provisioned samples")

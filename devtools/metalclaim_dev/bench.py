@@ -368,6 +368,20 @@ class ClaimWatch:
 # -- the controller as a process of its own ---------------------------------------------------
 
 
+def other_collections(checkout: Path) -> Path:
+    """A collections path for another checkout: its metalclaim.hostclaim beside this checkout's kubernetes.core."""
+    root = checkout / ".collections"
+    links = {
+        root / "ansible_collections" / "metalclaim" / "hostclaim": checkout,
+        root / "ansible_collections" / "kubernetes": COLLECTIONS / "ansible_collections" / "kubernetes",
+    }
+    for link, target in links.items():
+        if not link.is_symlink():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(target)
+    return root
+
+
 class Controller(ControllerProcess):
     """One side of the controller as its own identity and process (metalclaim_dev.controllerproc), with what the
     benches read from it besides its metrics: runs, settling, its log's run events, memory, API connections."""
@@ -383,8 +397,19 @@ class Controller(ControllerProcess):
         *extra: str,
         identity: str | None = None,
         ready_timeout: float = 120,
+        install: Path | None = None,
     ):
+        """install: another checkout of this repository (its controller package and its collection) to run
+        instead of this one's, with this checkout's kubernetes.core."""
         self.side = side
+        paths = {"ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS)}
+        if install is not None:
+            paths = {
+                "ANSIBLE_COLLECTIONS_PATH": str(other_collections(install)),
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, (str(install / "controller"), os.environ.get("PYTHONPATH")))
+                ),
+            }
         super().__init__(
             env,
             work,
@@ -394,11 +419,7 @@ class Controller(ControllerProcess):
             ",".join(infra_namespaces),
             *extra,
             kubeconfig_identity=identity or ("controller" if side == "claims" else "provisioner"),
-            env={
-                **os.environ,
-                "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
-                "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false",
-            },
+            env={**os.environ, **paths, "ANSIBLE_COLLECTIONS_SCAN_SYS_PATH": "false"},
             resync_period=None,  # the controller's own: the resync scenario measures it
             ready_timeout=ready_timeout,
         )
