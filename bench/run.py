@@ -1513,6 +1513,7 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, axes = plt.subplots(3, 3, figsize=(18, 15))
     unit = floor or 1.0
@@ -1535,7 +1536,7 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
     old = results.get("storm-old") or {}
     compared = (
         (storm, "ours (chunked batch)"),
-        (old, f"old path ({str(old.get('revision', ''))[:10]}: one status write at the batch's end)"),
+        (old, f"old path ({str(old.get('revision', ''))[:10]})"),
         (base, "baseline per-event (measured)"),
     )
     for figures, label in compared:
@@ -1552,7 +1553,19 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
             label="baseline, extrapolated",
         )
     ax.set(title="bind storm: claims bound over time", xlabel="seconds since the first create", ylabel="claims bound")
-    _legend(ax, loc="lower right")
+    _legend(ax, loc="upper left")
+    # The chunked and the old path end within a minute, the per-event baseline after many: zoomed in, both apart.
+    batch = [f for f, _label in compared[:2] if f.get("latency", {}).get("n")]
+    if batch:
+        zoom = ax.inset_axes([0.52, 0.08, 0.45, 0.45])
+        for figures, label in compared[:2]:
+            if figures.get("latency", {}).get("n"):
+                ordered = sorted(figures["bound_over_time"])
+                zoom.plot(ordered, range(1, len(ordered) + 1), label=label.split(" (")[0])
+        zoom.set_xlim(0, 1.05 * max(max(f["bound_over_time"]) for f in batch))
+        zoom.set_title("ours and the old path", fontsize=8)
+        zoom.tick_params(labelsize=7)
+        zoom.legend(loc="lower right", fontsize=7)
 
     ax = axes[0][2]
     for figures, label in compared:
@@ -1560,6 +1573,7 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
     ax.set(title="bind storm: create -> Association=True", xlabel="seconds", ylabel="fraction of claims")
     if ax.lines:
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # the minor labels overlap
         _legend(ax, loc="lower right")
 
     ax = axes[1][0]
