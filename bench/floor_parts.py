@@ -5,7 +5,9 @@
 Prints figures, never pass/fail: the median of --runs of each step, and each part as the
 difference of two steps. The playbooks run with the controller's settings (local connection,
 this interpreter). With a devenv (METALCLAIM_DEVENV or --devenv), also the claim layer's own
-start: the `kubernetes` import, the client and its discovery, and a reconcile of no claim.
+start: the `kubernetes` import, the client and its discovery, and a reconcile of no claim; and one list of
+HostClaims through the modules' client beside the same list through a light client (a prototype: yaml, the
+standard library's TLS and HTTP, no discovery), which is what a lighter client would buy each module run.
 """
 
 from __future__ import annotations
@@ -32,6 +34,34 @@ PLAYBOOKS = {
     "reconcile": PLAY
     + "    - metalclaim.hostclaim.hostclaim_reconcile:\n        claims: [{namespace: floor-none, name: none}]\n",
 }
+
+
+# One list of HostClaims (a namespace with none), in a fresh interpreter, two ways. Through the modules' own client
+# (plugins/module_utils/_common/io/kube.py: the kubernetes package, its dynamic client and discovery)...
+MODULE_CLIENT_LIST = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import AUTH_ARG_SPEC, Kube
+params = dict.fromkeys(AUTH_ARG_SPEC)
+params.update(kubeconfig=sys.argv[1], request_timeout=30)
+assert Kube(params).list("metal3.io/v1alpha1", "HostClaim", "floor-none") == []
+"""
+# ...and as a light client would: the kubeconfig read with yaml, TLS from the standard library, the path known
+# without discovery (the modules know their kinds' plurals), one request. What the difference buys every module run.
+LIGHT_CLIENT_LIST = """
+import http.client, json, ssl, sys, urllib.parse
+import yaml
+config = yaml.safe_load(open(sys.argv[1]))
+cluster, user = config["clusters"][0]["cluster"], config["users"][0]["user"]
+context = ssl.create_default_context(cafile=cluster["certificate-authority"])
+context.load_cert_chain(user["client-certificate"], user["client-key"])
+server = urllib.parse.urlsplit(cluster["server"])
+connection = http.client.HTTPSConnection(server.hostname, server.port, context=context, timeout=30)
+connection.request("GET", "/apis/metal3.io/v1alpha1/namespaces/floor-none/hostclaims")
+response = connection.getresponse()
+assert response.status == 200, response.status
+assert json.loads(response.read())["items"] == []
+"""
 
 
 def median_seconds(command: list[str], runs: int, env: dict) -> float:
@@ -66,6 +96,14 @@ def main() -> int:
         [sys.executable, "-c", "import kubernetes.dynamic, kubernetes.client"], args.runs, env
     )
     step["ansible-playbook --version"] = median_seconds([playbook_bin, "--version"], args.runs, env)
+    if args.devenv:
+        kubeconfig, collections = env["K8S_AUTH_KUBECONFIG"], env["ANSIBLE_COLLECTIONS_PATH"]
+        step["a list through the modules' client"] = median_seconds(
+            [sys.executable, "-c", MODULE_CLIENT_LIST, kubeconfig, collections], args.runs, env
+        )
+        step["a list through a light client (prototype)"] = median_seconds(
+            [sys.executable, "-c", LIGHT_CLIENT_LIST, kubeconfig], args.runs, env
+        )
     for name, text in PLAYBOOKS.items():
         if name == "reconcile" and not args.devenv:
             continue
@@ -95,6 +133,9 @@ def main() -> int:
             step["ansible-playbook, reconcile"] - step["ansible-playbook, ping"]
         )
         parts["  of which importing kubernetes"] = step["import kubernetes (dynamic client)"] - step["python -c pass"]
+        parts["what a light client would save per module run"] = (
+            step["a list through the modules' client"] - step["a list through a light client (prototype)"]
+        )
     width = max(map(len, [*step, *parts]))
     print(f"steps (median of {args.runs}):")
     for name, seconds in step.items():
