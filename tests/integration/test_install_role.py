@@ -24,13 +24,12 @@ def test_install_is_idempotent_for_a_cluster_admin(devenv, tmp_path):
 
 def test_install_can_leave_metal3_crds_to_metal3(devenv, tmp_path):
     results = run_playbook(tmp_path, PLAYBOOK, devenv.kubeconfig("admin"), {"install_metal3_crds": False})
-    applied = [item["item"] for r in results for item in r.get("results", []) if r["task"].startswith("Apply the CRDs")]
-    assert applied == [
-        "metal3.io_hostclaims.yaml",
-        "metal3.io_hostclaimsets.yaml",
-        "metal3.io_hostcatalogs.yaml",
-        "metal3.io_hostdeploypolicies.yaml",
-        "tenancy.metalclaim.io_tenants.yaml",
+    assert _applied_crds(results) == [
+        "hostclaims.metal3.io",
+        "hostclaimsets.metal3.io",
+        "hostcatalogs.metal3.io",
+        "hostdeploypolicies.metal3.io",
+        "tenants.tenancy.metalclaim.io",
     ]
 
 
@@ -45,7 +44,12 @@ def _crd(devenv, name: str) -> dict:
 
 
 def _applied_crds(results: list[dict]) -> list[str]:
-    return [i["item"] for r in results for i in r.get("results", []) if r["task"].startswith("Apply the CRDs")]
+    """The CRDs the role applied, in order: one module run, whose result lists each (or is the one)."""
+    [applied] = [r for r in results if r["task"].startswith("Apply the CRDs")]
+    if applied.get("skipped"):
+        return []
+    each = applied["result"].get("results") or [applied]
+    return [r["result"]["metadata"]["name"] for r in each]
 
 
 def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
@@ -67,13 +71,13 @@ def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
         assert after["metadata"]["annotations"][marker] == "v0.16.5" and after["spec"] == before["spec"]
         assert "app.kubernetes.io/name" not in after["metadata"].get("labels", {})
         assert _applied_crds(results) == [
-            "metal3.io_hostclaims.yaml",
-            "metal3.io_hostclaimsets.yaml",
-            "metal3.io_hostcatalogs.yaml",
-            "metal3.io_hostdeploypolicies.yaml",
-            "tenancy.metalclaim.io_tenants.yaml",
-            "metal3.io_hardwaredata.yaml",  # metalclaim's own: still applied
-            "metal3.io_hostfirmwaresettings.yaml",
+            "hostclaims.metal3.io",
+            "hostclaimsets.metal3.io",
+            "hostcatalogs.metal3.io",
+            "hostdeploypolicies.metal3.io",
+            "tenants.tenancy.metalclaim.io",
+            "hardwaredata.metal3.io",  # metalclaim's own: still applied
+            "hostfirmwaresettings.metal3.io",
         ]
         [notice] = [
             i
@@ -90,7 +94,7 @@ def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
             {"install_metal3_crds_take_over": True},
         )
         assert not any(r["failed"] for r in told), told
-        assert "metal3.io_baremetalhosts.yaml" in _applied_crds(told)
+        assert "baremetalhosts.metal3.io" in _applied_crds(told)
         assert _crd(devenv, bmh)["metadata"]["labels"]["app.kubernetes.io/name"] == "metalclaim"
     finally:
         devenv.kubectl("admin", "annotate", "crd", bmh, f"{marker}-")
