@@ -369,21 +369,25 @@ class Kube:
         """Every object of a kind (in a namespace or cluster-wide, matching label_selector if given) in one request."""
         self._count("list", kind, namespace)
         try:
-            result = self._resource(api_version, kind).get(
-                namespace=namespace, label_selector=label_selector, _request_timeout=self._timeout
+            result = _decoded(
+                self._resource(api_version, kind).get(
+                    namespace=namespace, label_selector=label_selector, serialize=False, _request_timeout=self._timeout
+                )
             )
         except ApiException as error:
             raise KubeError(_describe(error, f"list {kind}", namespace)) from error
         except TRANSPORT_ERRORS as error:
             raise KubeError(_unanswered(error, f"list {kind}", namespace)) from error
-        return [item.to_dict() for item in result.items]
+        return result["items"]
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict | None:
         """One object, or None when it does not exist."""
         self._count("get", kind, namespace)
         try:
-            result = self._resource(api_version, kind).get(
-                name=name, namespace=namespace, _request_timeout=self._timeout
+            result = _decoded(
+                self._resource(api_version, kind).get(
+                    name=name, namespace=namespace, serialize=False, _request_timeout=self._timeout
+                )
             )
         except ApiException as error:
             if error.status == 404:
@@ -391,7 +395,7 @@ class Kube:
             raise KubeError(_describe(error, f"get {kind} {name}", namespace)) from error
         except TRANSPORT_ERRORS as error:
             raise KubeError(_unanswered(error, f"get {kind} {name}", namespace)) from error
-        return result.to_dict()
+        return result
 
     def replace(self, obj: dict) -> dict:
         """Write the whole object; its metadata.resourceVersion makes this a compare-and-swap."""
@@ -399,8 +403,14 @@ class Kube:
         meta = obj["metadata"]
         self._count("replace", kind, meta.get("namespace"))
         try:
-            result = self._resource(api_version, kind).replace(
-                body=obj, name=meta["name"], namespace=meta.get("namespace"), _request_timeout=self._timeout
+            result = _decoded(
+                self._resource(api_version, kind).replace(
+                    body=obj,
+                    name=meta["name"],
+                    namespace=meta.get("namespace"),
+                    serialize=False,
+                    _request_timeout=self._timeout,
+                )
             )
         except ApiException as error:
             if error.status in (404, 409):
@@ -412,7 +422,7 @@ class Kube:
             raise KubeError(_describe(error, f"replace {kind} {meta['name']}", meta.get("namespace"))) from error
         except TRANSPORT_ERRORS as error:
             raise KubeError(_unanswered(error, f"replace {kind} {meta['name']}", meta.get("namespace"))) from error
-        return result.to_dict()
+        return result
 
     def patch_status(self, obj: dict, status: dict) -> dict:
         """Merge-patch the status subresource, guarded by the object's resourceVersion."""
@@ -422,12 +432,15 @@ class Kube:
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
         action = f"update the status of {kind} {meta['name']}"
         try:
-            result = self._resource(api_version, kind).status.patch(
-                body=body,
-                name=meta["name"],
-                namespace=meta.get("namespace"),
-                content_type="application/merge-patch+json",
-                _request_timeout=self._timeout,
+            result = _decoded(
+                self._resource(api_version, kind).status.patch(
+                    body=body,
+                    name=meta["name"],
+                    namespace=meta.get("namespace"),
+                    content_type="application/merge-patch+json",
+                    serialize=False,
+                    _request_timeout=self._timeout,
+                )
             )
         except ApiException as error:
             if error.status in (404, 409):
@@ -435,7 +448,7 @@ class Kube:
             raise KubeError(_describe(error, action, meta.get("namespace"))) from error
         except TRANSPORT_ERRORS as error:
             raise KubeError(_unanswered(error, action, meta.get("namespace"))) from error
-        return result.to_dict()
+        return result
 
     def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None, uid: str = "") -> bool:
         """Delete one object; whether it was deleted. One already gone is fine (False).
@@ -462,8 +475,13 @@ class Kube:
     def create(self, obj: dict) -> dict:
         self._count("create", obj["kind"], obj["metadata"].get("namespace"))
         try:
-            result = self._resource(obj["apiVersion"], obj["kind"]).create(
-                body=obj, namespace=obj["metadata"].get("namespace"), _request_timeout=self._timeout
+            result = _decoded(
+                self._resource(obj["apiVersion"], obj["kind"]).create(
+                    body=obj,
+                    namespace=obj["metadata"].get("namespace"),
+                    serialize=False,
+                    _request_timeout=self._timeout,
+                )
             )
         except ApiException as error:
             name = obj["metadata"].get("name") or obj["metadata"].get("generateName", "")
@@ -478,7 +496,13 @@ class Kube:
             raise KubeError(
                 _unanswered(error, f"create {obj['kind']} {name}", obj["metadata"].get("namespace"))
             ) from error
-        return result.to_dict()
+        return result
+
+
+def _decoded(response) -> dict:
+    """The answer's JSON as plain dicts: the dynamic client's own objects (serialize=True) wrap every field and are
+    then turned back into dicts, a quarter of a second per list of 1,000 hosts."""
+    return json.loads(response.data)
 
 
 def _describe(error, action: str, namespace: str | None) -> str:
