@@ -38,16 +38,20 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 
 def release_claims(run) -> dict:
     kube = run.kube
-    all_claims = kube.list(API_VERSION, "HostClaim")  # all of them: orphans are hosts whose claim is in none
+    # Every claim and host as the run holds them, read and never changed here: what a step writes it copies first
+    # (copying the thousand hosts of a rack in each run cost more than listing them).
+    all_claims = kube.held(API_VERSION, "HostClaim")  # all of them: orphans are hosts whose claim is in none
     deleting = [
-        c
+        copy.deepcopy(c)
         for c in select_claims(all_claims, run.wanted)
         if c["metadata"].get("deletionTimestamp") and binding.FINALIZER in (c["metadata"].get("finalizers") or [])
     ]
-    hosts = kube.list(API_VERSION, "BareMetalHost")
+    hosts = kube.held(API_VERSION, "BareMetalHost")
     outcome = step_each(
         [(claim, hosts) for claim in deleting],
-        lambda claim, all_hosts: _release(run, claim, [h for h in all_hosts if binding.consumed_by(h, claim)]),
+        lambda claim, all_hosts: _release(
+            run, claim, [copy.deepcopy(h) for h in all_hosts if binding.consumed_by(h, claim)]
+        ),
         on_error=lambda claim, error: run.failed(claim, error, "release"),
     )
     outcome["orphans"] = _release_orphans(run, hosts, {binding.key(c): c for c in all_claims})
@@ -75,7 +79,7 @@ def _release_orphans(run, hosts: list[dict], claims_by_key: dict) -> list[dict]:
         host_ns, host_name = binding.key(host)
         result = {"host": f"{host_ns}/{host_name}", "consumer": f"{ref.get('namespace')}/{ref.get('name')}"}
         try:
-            result.update(give_back_clean(run, host, None))
+            result.update(give_back_clean(run, copy.deepcopy(host), None))
         except ConflictError as error:
             # Written or deleted since we listed it (its provisioner, its namespace going away):
             # the next run starts again from what is there.
