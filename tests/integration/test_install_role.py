@@ -11,6 +11,14 @@ from metalclaim_dev.support import REPO_ROOT, run_playbook
 pytestmark = [pytest.mark.integration, pytest.mark.minutes(4)]
 
 PLAYBOOK = REPO_ROOT / "playbooks" / "install.yml"
+# The CRDs only metalclaim defines, in the order the role applies them.
+OWN_CRDS = [
+    "hostclaims.metal3.io",
+    "hostclaimsets.metal3.io",
+    "hostcatalogs.metal3.io",
+    "hostdeploypolicies.metal3.io",
+    "tenants.tenancy.metalclaim.io",
+]
 
 
 def test_install_is_idempotent_for_a_cluster_admin(devenv, tmp_path):
@@ -24,13 +32,7 @@ def test_install_is_idempotent_for_a_cluster_admin(devenv, tmp_path):
 
 def test_install_can_leave_metal3_crds_to_metal3(devenv, tmp_path):
     results = run_playbook(tmp_path, PLAYBOOK, devenv.kubeconfig("admin"), {"install_metal3_crds": False})
-    assert _applied_crds(results) == [
-        "hostclaims.metal3.io",
-        "hostclaimsets.metal3.io",
-        "hostcatalogs.metal3.io",
-        "hostdeploypolicies.metal3.io",
-        "tenants.tenancy.metalclaim.io",
-    ]
+    assert _applied_crds(results) == OWN_CRDS
 
 
 def test_infra_team_cannot_install_crds(devenv, tmp_path):
@@ -70,15 +72,8 @@ def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
         assert "metalclaim-install" not in [f.get("manager") for f in after["metadata"].get("managedFields", [])]
         assert after["metadata"]["annotations"][marker] == "v0.16.5" and after["spec"] == before["spec"]
         assert "app.kubernetes.io/name" not in after["metadata"].get("labels", {})
-        assert _applied_crds(results) == [
-            "hostclaims.metal3.io",
-            "hostclaimsets.metal3.io",
-            "hostcatalogs.metal3.io",
-            "hostdeploypolicies.metal3.io",
-            "tenants.tenancy.metalclaim.io",
-            "hardwaredata.metal3.io",  # metalclaim's own: still applied
-            "hostfirmwaresettings.metal3.io",
-        ]
+        # metalclaim's own HardwareData and HostFirmwareSettings CRDs are still applied
+        assert _applied_crds(results) == [*OWN_CRDS, "hardwaredata.metal3.io", "hostfirmwaresettings.metal3.io"]
         [notice] = [
             i
             for r in results
