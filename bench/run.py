@@ -107,6 +107,11 @@ TARGETS = {
 }
 
 
+def git(*argv: str) -> str:
+    """git's output in this checkout, stripped; empty when it fails."""
+    return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+
+
 # -- progress on stderr -------------------------------------------------------------------------
 
 
@@ -590,14 +595,9 @@ class Bench:
     def old_checkout(self) -> tuple[Path, str]:
         """--old-rev's tree, exported (git archive) into the work directory once: (its root, its commit)."""
         rev = self.args.old_rev
-        found = subprocess.run(
-            ["git", "-C", str(REPO), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-            capture_output=True,
-            text=True,
-        )
-        if found.returncode:
+        commit = git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}")
+        if not commit:
             raise RuntimeError(f"--old-rev {rev} is not a commit of this clone (a shallow clone lacks it)")
-        commit = found.stdout.strip()
         root = self.work / f"old-{commit[:10]}"
         if not root.exists():
             root.mkdir()
@@ -1456,9 +1456,6 @@ def metadata(args, env: Devenv, reused: bool) -> dict:
             return importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             return None
-
-    def git(*argv: str) -> str:
-        return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
 
     limit = cpu_limit()
     return {
