@@ -122,9 +122,12 @@ def bound_claims(run: ClaimRun) -> list[tuple[dict, dict]]:
     index = binding.HostIndex(run.kube.held(API_VERSION, "BareMetalHost") if claims else [])
     pairs = []
     for claim in claims:
-        own = index.owned_by(claim)
-        if own and (committed(claim, own[0]) or run.book.is_committing(claim)):
-            pairs.append((claim, copy.deepcopy(own[0])))
+        # The host its status names, or the one this run took for it: never another binder's, which a claim may
+        # name too for the time that binder takes to find our commit and give its own back.
+        taking = run.book.committing_to(claim)
+        host = next((h for h in index.owned_by(claim) if committed(claim, h) or binding.key(h) == taking), None)
+        if host is not None:
+            pairs.append((claim, copy.deepcopy(host)))
     return pairs
 
 

@@ -168,8 +168,15 @@ class StatusBook:
         entry.on_commit.append(on_commit)
 
     def is_committing(self, claim: dict) -> bool:
+        return self.committing_to(claim) is not None
+
+    def committing_to(self, claim: dict) -> tuple[str, str] | None:
+        """(namespace, name) of the host this run took for `claim` and has not committed yet, or None."""
         entry = self._entries.get(binding.key(claim))
-        return bool(entry and entry.give_back is not None)
+        if not entry or entry.give_back is None:
+            return None
+        ours = entry.updates.get("hardwareData") or {}
+        return ours.get("namespace", ""), ours.get("name", "")
 
     def desired(self, key: tuple[str, str], claim: dict | None = None) -> dict:
         """The claim's status as this run decided it, over the newest version it knows (or over `claim`)."""
@@ -261,14 +268,20 @@ class StatusBook:
                 if "action" in result:
                     result.update(action="conflict", host=None)
             return "conflict"
-        if self._check_mode:
+        if entry.give_back is not None and _bound_elsewhere(entry.claim, entry):
+            # A later step of this run noted a newer version of the claim (the sync step reads the claims again
+            # after a binder's re-list), whose status another binder committed to its host meanwhile: writing ours
+            # over it would leave the claim on two hosts. The first commit wins; ours goes back.
+            conflict = ConflictError("another reconcile bound the claim to another host during this one")
+        elif self._check_mode:
             return True
-        patch["lastUpdated"] = self._timestamp
-        try:
-            entry.claim = self._kube.patch_status(entry.claim, patch)
-            return True
-        except ConflictError as error:
-            conflict = error
+        else:
+            patch["lastUpdated"] = self._timestamp
+            try:
+                entry.claim = self._kube.patch_status(entry.claim, patch)
+                return True
+            except ConflictError as error:
+                conflict = error
         # Someone wrote the claim since we read it. For a binding this run made, what it found
         # still holds while no other binder committed one (the claim's status names no host, or
         # ours: a run that merely saw our binding writes the same status): commit it over the
@@ -332,8 +345,13 @@ def _still_ours(fresh: dict | None, entry: _Entry) -> bool:
         return False
     if binding.FINALIZER not in (fresh["metadata"].get("finalizers") or []):
         return False
+    return not _bound_elsewhere(fresh, entry)
+
+
+def _bound_elsewhere(claim: dict, entry: _Entry) -> bool:
+    """Whether the claim's status names a host other than the one this run's binding would write into it."""
     ours = entry.updates.get("hardwareData") or {}
-    return recorded_host(fresh) in (None, (ours.get("namespace", ""), ours.get("name", "")))
+    return recorded_host(claim) not in (None, (ours.get("namespace", ""), ours.get("name", "")))
 
 
 def with_finalizer(kube, claim: dict, check_mode: bool) -> tuple[dict, bool]:

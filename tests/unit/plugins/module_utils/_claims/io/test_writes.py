@@ -176,6 +176,41 @@ def test_a_binding_is_not_committed_on_a_claim_whose_finalizer_went_meanwhile():
     assert (result["action"], result["host"]) == ("conflict", None)
 
 
+class BoundMeanwhileKube(RecordingKube):
+    """Another binder committed the claim to its host: every read answers that version."""
+
+    def __init__(self, fresh: dict):
+        super().__init__()
+        self.fresh = fresh
+
+    def get(self, api_version, kind, name, namespace):
+        return copy.deepcopy(self.fresh)
+
+
+def test_a_binding_is_never_written_over_a_newer_version_another_binder_committed_to_its_host():
+    """CI at 8e5005f: four concurrent runs left a claim on two hosts. Run B took host h2 for the claim; run A took
+    h1 and committed it; B re-listed the claims (after a collision) and its sync step noted that newer version,
+    whose resourceVersion B's status write then matched: B wrote h2 over A's h1 and both hosts named the claim."""
+    locked = claim("c")
+    locked["metadata"].update(finalizers=[binding.FINALIZER], resourceVersion="2")
+    committed_elsewhere = copy.deepcopy(locked)
+    committed_elsewhere["metadata"]["resourceVersion"] = "3"
+    committed_elsewhere["status"] = {"hardwareData": {"namespace": "i", "name": "h1"}}
+    kube = BoundMeanwhileKube(committed_elsewhere)
+    book = StatusBook(kube, "t0", check_mode=False)
+    given_back, committed = [], []
+    result = {"namespace": "t", "name": "c", "action": "bind", "host": "i/h2"}
+    bound = [("Association", "True", "BareMetalHostAssociated", "")]
+    book.note(locked, bound, updates={"hardwareData": {"namespace": "i", "name": "h2"}}, result=result)
+    book.committing(locked, give_back=lambda: given_back.append("h2"), on_commit=lambda: committed.append("h2"))
+    assert book.committing_to(locked) == ("i", "h2")
+    book.note(committed_elsewhere, [("Synchronization", "True", "ConfigurationSynced", "")])  # the sync step
+    assert book.flush(only=("t", "c")) == {("t", "c"): "conflict"}
+    assert kube.patches == []  # A's h1 stays the claim's host
+    assert (given_back, committed) == (["h2"], [])
+    assert (result["action"], result["host"]) == ("conflict", None)
+
+
 class LockedMeanwhile:
     """Another binder wrote our finalizer first (our write conflicts), then maybe committed a binding."""
 
