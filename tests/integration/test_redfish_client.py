@@ -37,10 +37,16 @@ def fleet(devenv) -> dict:
 
 @pytest.fixture
 def system(fleet) -> dict:
-    """A random system of the fleet, put back Off, media ejected and boot override cleared afterwards."""
+    """A random system of the fleet, Off, media ejected and boot override cleared before and after: the devenv is
+    shared with other test files of this worker, which may leave a system on."""
     index = random.randrange(len(fleet["systems"]))
     chosen = dict(fleet["systems"][index], index=index)
+    _settled(fleet, chosen)
     yield chosen
+    _settled(fleet, chosen)
+
+
+def _settled(fleet: dict, chosen: dict) -> None:
     with rf.RedfishClient(parse_bmc_address(chosen["address"]), fleet["username"], fleet["password"]) as client:
         for device in rf.MEDIA_TYPES:
             if client.media(device)["inserted"]:
