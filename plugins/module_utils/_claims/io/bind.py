@@ -251,9 +251,9 @@ def _commit_claim(run, plan: binding.Plan, index: binding.HostIndex, result: dic
         if started is not None:  # the lease starts with the binding, written with it
             updates["lease"] = started.lease_status
             result["after"] = started.after
-        took_held = newly_bound and any(
-            binding.key(c) == host_key and reuse.hold_of(c) is not None for c in plan.candidates
-        )
+        # As planned (its hold mark goes with the take): the host taken is among the first candidates, look no further.
+        planned = next((c for c in plan.candidates if binding.key(c) == host_key), None) if newly_bound else None
+        took_held = planned is not None and reuse.hold_of(planned) is not None
         reuse_condition = reuse_io.condition(run, claim, host, took_held)  # node reuse: what release will do
         if took_held:
             result["reused"] = True

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import random
 
 import pytest
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, booking, reuse
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     IN_USE_ANNOTATION,
     PAUSED_ANNOTATION,
@@ -343,3 +345,62 @@ def test_the_spread_order_is_each_claims_own_and_the_same_for_two_binders():
         names(binding.plan(claim(name=f"c{i}", uid=f"u{i}"), one, ["infrahost"]).candidates)[0] for i in range(30)
     }
     assert len(starts) > 10
+
+
+def test_the_candidates_are_those_of_asking_every_host_with_bookings_holds_and_warm_hosts_about():
+    """plan() takes a claim's plain free hosts (no booking, hold or warm mark) in its ring order straight from the
+    index, asking only the marked ones. Over random fleets and a batch that takes hosts as it goes, its candidates
+    are exactly those of filtering and sorting every free host of the class, as plan() did before."""
+    now = datetime.datetime(2026, 6, 1, tzinfo=datetime.UTC)
+    disk = {"url": "http://images/node.qcow2", "checksum": "0" * 64}
+
+    def marked(name: str, rng: random.Random) -> dict:
+        kind = rng.choice(["plain", "plain", "plain", "warm", "held", "held-ended", "booked", "booked-later"])
+        annotations = {}
+        if kind == "warm":
+            annotations[WARM_ANNOTATION] = "2026-05-31T00:00:00Z"
+        elif kind.startswith("held"):
+            until = "2026-05-01T00:00:00Z" if kind == "held-ended" else "2026-07-01T00:00:00Z"
+            hold = {"namespace": "cluster-ns", "key": rng.choice(["k1", "k2"]), "claim": "x", "until": until}
+            annotations[reuse.HOLD_ANNOTATION] = json.dumps(hold)
+        elif kind.startswith("booked"):
+            start = "2026-05-01T00:00:00Z" if kind == "booked" else "2026-09-01T00:00:00Z"
+            entry = {"uid": rng.choice(["u1", "other"]), "namespace": "cluster-ns", "name": "b", "start": start}
+            annotations[booking.ANNOTATION] = json.dumps([{**entry, "end": "2026-12-01T00:00:00Z"}])
+        state = rng.choice(["available"] * 6 + ["provisioned"])
+        return host(name, labels=MEDIUM, state=state, annotations=annotations)
+
+    def asked_every_host(c: dict, index: binding.HostIndex) -> list[str]:
+        bookable, rank = booking.may_take(c, now), index.spread_rank(c)
+        free = [h for h in index.all() if binding.why_not_free(h) is None and h["metadata"]["labels"] == MEDIUM]
+        eligible = [h for h in free if bookable(h) and reuse.may_take(h, c, now)]
+        warm_first = binding.wants_disk_image(c)
+        eligible.sort(
+            key=lambda h: (
+                0 if reuse.preferred(h, c, now) else 1,
+                0 if warm_first and binding.is_warm(h) else 1,
+                rank(h),
+            )
+        )
+        return names(eligible)
+
+    for seed in range(20):
+        rng = random.Random(seed)
+        hosts = [marked(f"h{i:02d}", rng) for i in range(40)] + [host("large", labels={"infra-kind": "large"})]
+        index = binding.HostIndex(hosts)
+        for i in range(45):
+            spec = {}
+            if rng.random() < 0.4:
+                spec["image"] = disk
+            if rng.random() < 0.4:
+                spec["nodeReuse"] = {"key": rng.choice(["k1", "k2"])}
+            if rng.random() < 0.1:
+                spec["lease"] = {"start": "2026-06-01T00:00:00Z"}  # unreadable: it may take no booked host either
+            c = claim(name=f"c{i}", uid=rng.choice([f"u{i}", "u1"]), **spec)
+            planned = binding.plan(c, index, ["infrahost"], now=now)
+            expected = asked_every_host(c, index)
+            assert names(planned.candidates) == expected, (seed, i)
+            if planned.action == "bind" and planned.candidates:
+                index.put(dict(planned.candidates[0], spec={"consumerRef": binding.claim_ref(c)}))
+            if rng.random() < 0.3:  # a host given back, free again and plain or marked now
+                index.put(marked(rng.choice(names(index.all())[:40]), rng))
