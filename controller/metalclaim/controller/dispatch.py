@@ -80,14 +80,16 @@ class Dispatcher:
                 if slot < len(self.standbys):
                     self.standbys[slot].maintain()
                 continue
+            finished = []  # keys the run settled done: a wake that came meanwhile finds them waiting no more
             try:
-                self.run_batch(keys, slot)
+                found = self.run_batch(keys, slot)
+                finished = [key for key, outcome in found.items() if outcome.result == outcomes.DONE]
             except Exception as error:  # never lose the keys: back off and carry on
                 self._log("dispatch_error", error=f"{type(error).__name__}: {error}")
                 for key in keys:
                     self.queue.add_rate_limited(key)
             finally:
-                self.queue.done(keys)
+                self.queue.done(keys, finished)
                 self.metrics.depth.set(len(self.queue))
 
     def _accepts(self, slot: int):
@@ -98,7 +100,8 @@ class Dispatcher:
             return lambda key: key[0] == mapper.REMOTE
         return lambda key: key[0] != mapper.REMOTE
 
-    def run_batch(self, keys: list, slot: int) -> None:
+    def run_batch(self, keys: list, slot: int) -> dict:
+        """Run one batch and settle its keys; each key's Outcome."""
         group = keys[0][0]
         playbook, extravars = run_of(group, keys, self.settings)
         name = GROUPS[group].playbook
@@ -123,6 +126,7 @@ class Dispatcher:
             found = outcomes.read(group, keys, GROUPS[group].result_of(report.results))
         self._settle(name, found)
         self.metrics.reconcile_seconds.labels(name).observe(report.seconds)
+        return found
 
     def _settle(self, playbook: str, found: dict) -> None:
         """What the queue does with each key, from its outcome (outcomes.py)."""

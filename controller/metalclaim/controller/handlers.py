@@ -72,6 +72,9 @@ class EventHandlers:
         for key in found.keys:
             if self.serves(key):
                 self.queue.add(key, RESYNC if initial else LIVE)
+        for key in found.wake:
+            if self.serves(key):
+                self.queue.wake(key, RESYNC if initial else LIVE)
 
     def serves(self, key: tuple | None) -> bool:
         """Whether this controller's side, claim kinds, shard and namespace selector cover a key."""

@@ -226,10 +226,12 @@ def secret_watch_plan(watched, claims: list[dict], served) -> tuple[set, set]:
 
 @dataclass
 class Keys:
-    """The keys one event concerns; `dropped` says it changed nothing a side reads (a self-caused event, often)."""
+    """The keys one event concerns; `dropped` says it changed nothing a side reads (a self-caused event, often).
+    `wake`: keys it concerns only while they wait (WorkQueue.wake): a claim a run binds meanwhile is not run again."""
 
     keys: list = field(default_factory=list)
     dropped: bool = False
+    wake: list = field(default_factory=list)
 
 
 def claim_changed(old: dict | None, new: dict | None, named_by_a_host: bool = True) -> Keys:
@@ -251,10 +253,11 @@ def host_changed(old: dict | None, new: dict | None, unbound_claims: list[dict])
         keys.append(key_of(HOST, new or old))
     if host_fingerprint_for_claims(old) != host_fingerprint_for_claims(new):
         keys += [k for k in dict.fromkeys((consumer_key(old), consumer_key(new))) if k is not None]
+    wake = []
     if is_free(new) and (not is_free(old) or _hold_ended(old, new)):
         # Which waiting claims its namespace's policies admit is the claim layer's call, in the run.
-        keys += _baremetal_keys(unbound_claims)
-    return Keys(sorted(set(keys)), dropped=not keys)
+        wake = sorted(set(_baremetal_keys(unbound_claims)) - set(keys))
+    return Keys(sorted(set(keys)), dropped=not keys and not wake, wake=wake)
 
 
 def policy_changed(old: dict | None, new: dict | None, claims: list[dict]) -> Keys:

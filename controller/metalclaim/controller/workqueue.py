@@ -9,7 +9,9 @@ Semantics (those of client-go's ``workqueue``, with priorities and batches added
 * **Dedup** -- a key is queued once however many times it is added.
 * **Processing / dirty** -- a key returned by ``get_batch`` is *processing* until ``done``; it is never in
   two batches at once. Adding it meanwhile marks it dirty, and ``done`` re-queues it exactly once, so the
-  state it was added for is seen by one more pass.
+  state it was added for is seen by one more pass. ``wake`` is an add for a change that matters to the key
+  only while it waits (a host became free: the claims without one): a processing key it marks is re-queued
+  unless ``done`` is told that its pass settled it (``finished``), as a claim its run bound no longer waits.
 * **Priorities** -- :data:`LIVE` keys (watch events) are taken before :data:`RESYNC` keys (resync and
   initial list), so a resync of thousands of keys never starves a new claim. Adding a queued key with a
   better (lower) priority upgrades it. A batch led by a live key takes live keys only (its run is not
@@ -104,7 +106,8 @@ class WorkQueue:
         self._ready: list[tuple[int, float, int, Hashable]] = []  # (priority, ready_at, seq, key)
         self._waiting: list[tuple[float, int, Hashable]] = []  # (ready_at, seq, key), ready_at in the future
         self._processing: set[Hashable] = set()
-        self._dirty: dict[Hashable, tuple[int, float]] = {}  # processing key -> (priority, ready_at) to re-queue
+        # processing key -> (priority, ready_at, woken only: re-queued only if its pass did not finish it)
+        self._dirty: dict[Hashable, tuple[int, float, bool]] = {}
         self._failures: dict[Hashable, int] = {}
         self._shutting_down = False
 
@@ -113,6 +116,11 @@ class WorkQueue:
     def add(self, key: Hashable, priority: int = LIVE) -> None:
         """Queue ``key``, ready now. Deduplicated; upgrades the priority and cancels the delay of a queued key."""
         self._add(key, priority, 0.0)
+
+    def wake(self, key: Hashable, priority: int = LIVE) -> None:
+        """``add(key)`` for a change that matters to the key only while it waits: a key being processed is
+        queued again after it only if ``done`` does not name it ``finished``."""
+        self._add(key, priority, 0.0, woken=True)
 
     def add_after(self, key: Hashable, delay: float, priority: int = LIVE) -> None:
         """Queue ``key`` to become ready ``delay`` seconds from now (the earliest of several requests wins)."""
@@ -143,7 +151,7 @@ class WorkQueue:
         with self._cond:
             return self._failures.get(key, 0)
 
-    def _add(self, key: Hashable, priority: int, delay: float) -> None:
+    def _add(self, key: Hashable, priority: int, delay: float, woken: bool = False) -> None:
         with self._cond:
             if self._shutting_down:
                 return
@@ -152,9 +160,9 @@ class WorkQueue:
             if key in self._processing:
                 pending = self._dirty.get(key)
                 if pending is None:
-                    self._dirty[key] = (priority, ready_at)
+                    self._dirty[key] = (priority, ready_at, woken)
                 else:
-                    self._dirty[key] = (min(pending[0], priority), min(pending[1], ready_at))
+                    self._dirty[key] = (min(pending[0], priority), min(pending[1], ready_at), pending[2] and woken)
                 new = pending is None
             else:
                 new = self._enqueue(key, priority, ready_at, now)
@@ -257,8 +265,10 @@ class WorkQueue:
                 self._on_get(key, max(0.0, taken_at - item.ready_at))
         return batch
 
-    def done(self, keys: Iterable[Hashable]) -> None:
-        """Mark ``keys`` (a batch, or part of one) finished; keys added while processing are re-queued once."""
+    def done(self, keys: Iterable[Hashable], finished: Iterable[Hashable] = ()) -> None:
+        """Mark ``keys`` (a batch, or part of one) processed; keys added while processing are re-queued once, but
+        those only woken (``wake``) not if their pass ``finished`` them (settled with nothing left to wait for)."""
+        finished = set(finished)
         with self._cond:
             now = self._clock()
             for key in keys:
@@ -266,6 +276,8 @@ class WorkQueue:
                     continue
                 self._processing.discard(key)
                 pending = self._dirty.pop(key, None)
+                if pending is not None and pending[2] and key in finished:
+                    continue
                 if pending is not None:
                     # It becomes ready no earlier than now: it re-enters the queue at the back of its priority.
                     self._enqueue(key, pending[0], max(pending[1], now), now)

@@ -76,9 +76,11 @@ def test_a_host_becoming_free_concerns_the_waiting_claims():
     waiting = [changed(CLAIM_OBJ, metadata__name="c2")]
     released = changed(HOST_OBJ, metadata__generation=5)  # consumerRef cleared: a spec change
     found = mapper.host_changed(bound, released, unbound_claims=waiting)
-    assert (CLAIM, "tenant-a", "c2") in found.keys and (HOST, "infra", "h1") in found.keys
+    # The waiting claims are woken (run again only while they wait: WorkQueue.wake); the host's own key is firm.
+    assert found.wake == [(CLAIM, "tenant-a", "c2")] and (HOST, "infra", "h1") in found.keys
+    assert (CLAIM, "tenant-a", "c2") not in found.keys and not found.dropped
     deprovisioning = changed(HOST_OBJ, status={"provisioning": {"state": "deprovisioning"}})
-    assert (CLAIM, "tenant-a", "c2") not in mapper.host_changed(bound, deprovisioning, waiting).keys
+    assert (CLAIM, "tenant-a", "c2") not in mapper.host_changed(bound, deprovisioning, waiting).wake
 
 
 def test_policy_namespace_and_secret_changes():
@@ -189,7 +191,7 @@ def test_hosts_policies_and_namespace_labels_concern_baremetal_claims_only():
     claims = [CLAIM_OBJ, REMOTE_CLAIM, OTHER_CLAIM]
     bound = changed(HOST_OBJ, spec__consumerRef={"kind": "HostClaim", "namespace": "tenant-a", "name": "c9"})
     freed = mapper.host_changed(bound, changed(HOST_OBJ, metadata__generation=5), unbound_claims=claims)
-    assert [k for k in freed.keys if k[0] != HOST] == [(CLAIM, "tenant-a", "c1")]
+    assert freed.wake == [(CLAIM, "tenant-a", "c1")]
     policy = {"metadata": {"name": "p"}, "spec": {}}
     assert mapper.policy_changed(None, policy, claims).keys == [(CLAIM, "tenant-a", "c1")]
     namespace = {"metadata": {"name": "tenant-a", "labels": {"a": "1"}}}

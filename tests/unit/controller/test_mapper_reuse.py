@@ -25,7 +25,7 @@ def annotated(name: str) -> dict:
 
 
 def woken(old, new) -> bool:
-    return (CLAIM, "tenant-a", "c2") in mapper.host_changed(old, new, unbound_claims=WAITING).keys
+    return (CLAIM, "tenant-a", "c2") in mapper.host_changed(old, new, unbound_claims=WAITING).wake
 
 
 def test_a_host_released_into_a_hold_wakes_the_waiting_claims():

@@ -117,6 +117,27 @@ def test_add_during_processing_gives_exactly_one_more_pass(queue: WorkQueue) -> 
     assert queue.get_batch(**NOW) == []
 
 
+def test_a_wake_during_processing_gives_one_more_pass_only_if_the_pass_did_not_finish_the_key(
+    queue: WorkQueue,
+) -> None:
+    """Churn (issue 24): every host given back woke every claim without one, also those whose run was binding
+    them right then; each ran once more for nothing. A wake re-queues a processing key only if its pass left it
+    waiting; an add (anything else the key reads changed) still re-queues it."""
+    queue.add(claim("bound"))
+    queue.add(claim("waiting"))
+    queue.add(claim("changed"))
+    batch = queue.get_batch(**NOW)
+    for key in batch:
+        queue.wake(key)
+    queue.add(claim("changed"))  # a wake and an add: the add stands
+    queue.done(batch, finished=[claim("bound"), claim("changed")])
+    assert sorted(queue.get_batch(**NOW)) == [claim("changed"), claim("waiting")]
+    # Not processing: a wake queues the key as an add does (deduplicated).
+    queue.wake(claim("idle"))
+    queue.wake(claim("idle"))
+    assert len(queue) == 1
+
+
 def test_done_without_add_does_not_requeue_and_ignores_unknown_keys(queue: WorkQueue) -> None:
     queue.add(claim("c1"))
     queue.done(queue.get_batch(**NOW))
