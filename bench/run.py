@@ -21,6 +21,9 @@ Scenarios (each with its own namespaces, deleted afterwards; one failing is repo
              each host's power delay (power-on asked -> first read showing On) taken out; with
              --provision-image disk, disk images through the media server and a stand-in writer calling back
              --writer-seconds after each config drive is published: each callback -> Provisioned
+  provision-sweep  (only when named in --scenarios) the provision wave again at each --provision-sweep
+             concurrency (default 20, Metal3's, and the wave's size), each on fleet systems of its own and without
+             idle samples: the wave's time beyond power delays and requests per host at each
   churn      claims created and deleted continuously against a fixed fleet: RSS, apiserver connections,
              artifacts, stuck claims, runs beyond the changes the bench made
   slots      the runner-slot sweep: the same storm (--slots-claims, 300) under --runner-slots 1, 2 and N (the
@@ -75,6 +78,7 @@ SCENARIOS = (
     "storm-old",
     "slots",
     "provision",
+    "provision-sweep",
     "churn",
     "tenants",
     "storm-scale",
@@ -83,7 +87,7 @@ SCENARIOS = (
 # end of the batch and committed its bindings one at a time.
 OLD_REV = "72ae34f^"
 # What runs without --scenarios: all but the long per-claim cost table (three storms, the largest of 5,000 claims).
-DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s != "storm-scale")
+DEFAULT_SCENARIOS = tuple(s for s in SCENARIOS if s not in ("storm-scale", "provision-sweep"))
 
 # The targets (issue 24) beside the figures they are for, shown in the table as figures, never as a pass or
 # a fail of anything: (scenario, figure) -> (comparison, bound, unit). An "F" bound is in multiples of F.
@@ -828,11 +832,27 @@ class Bench:
         out.update(common.double_bindings(self.admin, rack.namespace))
 
     def scenario_provision(self, out: dict, stack: contextlib.ExitStack) -> None:
+        self._provision(out, stack, "provision", self.args.provision_samples, self.args.provision_max_concurrent)
+
+    def scenario_provision_sweep(self, out: dict, stack: contextlib.ExitStack) -> None:
+        """The wave at each --provision-sweep concurrency (Metal3's default of 20 and the wave's size, by default),
+        each on fleet systems of its own, no idle samples: how the provisioner's pace follows the hosts it may
+        provision at once."""
+        for index, limit in enumerate(self.args.provision_sweep):
+            limit = limit or self.args.wave
+            with contextlib.ExitStack() as own:
+                part = out.setdefault(f"max_{limit}", {})
+                self._provision(part, own, "provision-sweep", 0, limit, first=index * self.args.wave)
+
+    def _provision(self, out: dict, stack, label: str, samples: int, max_concurrent: int, first: int = 0) -> None:
+        """Idle samples (`samples`, one at a time), then the wave, on fleet systems from `first` on, the provisioner
+        at `max_concurrent` (0: its default); rows under `label` (a sweep's figures say their concurrency)."""
         self._floor_needed()
-        samples, wave = self.args.provision_samples, self.args.wave
+        wave = self.args.wave
+        prefix = f"max {max_concurrent}: " if label != "provision" else ""
         fleet = self.env.state["redfish"]
-        if len(fleet["systems"]) < samples + wave:
-            raise RuntimeError(f"the fleet has {len(fleet['systems'])} systems; {samples} + {wave} wanted")
+        if len(fleet["systems"]) < first + samples + wave:
+            raise RuntimeError(f"the fleet has {len(fleet['systems'])} systems; {first} + {samples} + {wave} wanted")
         upstream = fleet["systems"][0]["address"].split("://", 1)[1].split("/", 1)[0]
         state_db = self.env.directory / "redfish" / "redfish-state" / "fakedriver.sqlite"
         proxy = TimingProxy(f"http://{upstream}", state_db)
@@ -843,7 +863,7 @@ class Bench:
         stack.callback(files.close)
         iso = files.add("live.iso", b"metalclaim bench live image\n" * 64)
         tag = os.urandom(3).hex()
-        site = site_of(self.env, self.admin, samples + wave, proxy, labels={"bench": tag})
+        site = site_of(self.env, self.admin, samples + wave, proxy, labels={"bench": tag}, first=first)
         stack.callback(site.teardown)
         tenant = f"bench-prov-t-{tag}"
         common.create_namespace(self.admin, tenant)
@@ -859,8 +879,8 @@ class Bench:
             }
         )
         extra = []
-        if self.args.provision_max_concurrent:
-            extra += ["--provision-max-concurrent", str(self.args.provision_max_concurrent)]
+        if max_concurrent:
+            extra += ["--provision-max-concurrent", str(max_concurrent)]
         writer = None
         if self.args.provision_image == "disk":
             # Disk images: the deploy ISO (never booted: the emulator runs nothing), the media server, and a stand-in
@@ -871,7 +891,7 @@ class Bench:
             writer = common.FakeWriter(self.admin, site.namespace, media.dir, media.url, self.args.writer_seconds)
             writer.start()
             stack.callback(writer.close)
-        provisioner = self.controller("provisioner", [site.namespace], "provision-provisioner", *extra)
+        provisioner = self.controller("provisioner", [site.namespace], f"{label}-{max_concurrent}-provisioner", *extra)
         stack.callback(provisioner.stop)
         size = samples + wave
         self.progress.start(f"provision: {size} hosts registered and inspected", size)
@@ -883,7 +903,7 @@ class Bench:
         self.progress.end()
         if available < size:
             raise RuntimeError(f"only {available}/{size} hosts became available: {site.states()}")
-        claims = self.controller("claims", [site.namespace], "provision-claims", mode="batch")
+        claims = self.controller("claims", [site.namespace], f"{label}-{max_concurrent}-claims", mode="batch")
         stack.callback(claims.stop)
         claims.settle(quiet=1.0)
         provisioner.settle(quiet=1.0)
@@ -924,40 +944,41 @@ class Bench:
             return lags
 
         # Idle create -> Provisioned, a few samples, one at a time.
-        proxy.reset_timing()
-        bodies = [body(f"idle-{index:02d}") for index in range(samples)]
-        idle = self.one_at_a_time("provision: idle create -> Provisioned", claims, bodies, "Provisioned", 1.0, 180)
-        idle_names = [b["metadata"]["name"] for b in bodies]
-        idle_systems = systems_of(idle_names)
-        idle_delays = proxy.power_delays()
-        # Each sample minus its own host's power delay (paired by host, never by order); a negative stays
-        # negative: it would say the accounting is wrong, which a max(0, ...) would hide.
-        accounted = [
-            latency - idle_delays[idle_systems[name]]
-            for name, latency in zip(idle_names, idle, strict=True)
-            if idle_systems.get(name) in idle_delays
-        ]
-        out["idle"] = {**self.in_f(distribution(idle)), "samples": idle, "power_delays": idle_delays}
-        self.rows_for("provision", "idle create->Provisioned", out["idle"], samples)
-        out["idle"]["minus_power_delay"] = distribution(accounted)
-        if accounted:
-            delays = sorted(idle_delays[idle_systems[n]] for n in idle_names if idle_systems.get(n) in idle_delays)
-            self.row(
-                "provision",
-                "idle create->Provisioned minus power delay p50",
-                out["idle"]["minus_power_delay"]["p50"],
-                note=f"{len(accounted)}/{samples} samples paired with their host's delay; "
-                f"BMC power delay p50 {delays[len(delays) // 2]:.1f} s",
-            )
-        if writer is not None:
-            out["idle"]["callback_to_provisioned"] = distribution(after_callback(idle_names))
-            self.row(
-                "provision",
-                "idle writer's callback -> Provisioned p50",
-                out["idle"]["callback_to_provisioned"].get("p50", "none"),
-                note=f"disk image, the stand-in writer calling back {self.args.writer_seconds:g} s after its config "
-                "drive is published",
-            )
+        if samples:
+            proxy.reset_timing()
+            bodies = [body(f"idle-{index:02d}") for index in range(samples)]
+            idle = self.one_at_a_time("provision: idle create -> Provisioned", claims, bodies, "Provisioned", 1.0, 180)
+            idle_names = [b["metadata"]["name"] for b in bodies]
+            idle_systems = systems_of(idle_names)
+            idle_delays = proxy.power_delays()
+            # Each sample minus its own host's power delay (paired by host, never by order); a negative stays
+            # negative: it would say the accounting is wrong, which a max(0, ...) would hide.
+            accounted = [
+                latency - idle_delays[idle_systems[name]]
+                for name, latency in zip(idle_names, idle, strict=True)
+                if idle_systems.get(name) in idle_delays
+            ]
+            out["idle"] = {**self.in_f(distribution(idle)), "samples": idle, "power_delays": idle_delays}
+            self.rows_for(label, "idle create->Provisioned", out["idle"], samples)
+            out["idle"]["minus_power_delay"] = distribution(accounted)
+            if accounted:
+                delays = sorted(idle_delays[idle_systems[n]] for n in idle_names if idle_systems.get(n) in idle_delays)
+                self.row(
+                    label,
+                    prefix + "idle create->Provisioned minus power delay p50",
+                    out["idle"]["minus_power_delay"]["p50"],
+                    note=f"{len(accounted)}/{samples} samples paired with their host's delay; "
+                    f"BMC power delay p50 {delays[len(delays) // 2]:.1f} s",
+                )
+            if writer is not None:
+                out["idle"]["callback_to_provisioned"] = distribution(after_callback(idle_names))
+                self.row(
+                    label,
+                    prefix + "idle writer's callback -> Provisioned p50",
+                    out["idle"]["callback_to_provisioned"].get("p50", "none"),
+                    note=f"disk image, the stand-in writer calling back {self.args.writer_seconds:g} s after its "
+                    "config drive is published",
+                )
         provisioner.settle(quiet=2.0, timeout=60)
         # The wave.
         proxy.reset_counts()
@@ -1015,7 +1036,7 @@ class Bench:
             "provisioner_batch_sizes": [e.get("count") for e in events],
             "hosts_in_error": errors,
             "image": self.args.provision_image,
-            "provision_max_concurrent": self.args.provision_max_concurrent or "the controller's default",
+            "provision_max_concurrent": max_concurrent or "the controller's default",
             "callback_to_provisioned": distribution(after_callback([name for _ns, name in keys])),
             "writer_failures": list(writer.failures) if writer is not None else [],
             "host_states": states,
@@ -1023,30 +1044,30 @@ class Bench:
         }
         w = out["wave"]
         self.row(
-            "provision",
-            f"wave: last create -> all {wave} Provisioned",
+            label,
+            prefix + f"wave: last create -> all {wave} Provisioned",
             w["last_create_to_all_provisioned"] or "incomplete",
             note=f"{len(done)}/{wave}",
         )
         if w["minus_power_delay"].get("n"):
             self.row(
-                "provision",
-                "wave: minus each host's power delay (max)",
+                label,
+                prefix + "wave: minus each host's power delay (max)",
                 w["minus_power_delay"]["max"] if complete else "incomplete",
                 note=f"BMC power delay p50 {w['power_delay'].get('p50', 0):.1f} s, "
                 f"max {w['power_delay'].get('max', 0):.1f} s",
             )
         if w["poll_lag"].get("n"):
             self.row(
-                "provision",
-                "wave: power applied -> provisioner saw it (max)",
+                label,
+                prefix + "wave: power applied -> provisioner saw it (max)",
                 w["poll_lag"]["max"],
                 note=f"p50 {w['poll_lag']['p50']:.1f} s (the provisioner's polling, not taken out)",
             )
         if per_host:
             self.row(
-                "provision",
-                "wave: Redfish requests per host",
+                label,
+                prefix + "wave: Redfish requests per host",
                 round(w["redfish_requests_per_host"]["mean"], 1),
                 unit="req",
                 note=f"min {min(per_host)}, max {max(per_host)} per system, incl. power polls; + "
@@ -1054,14 +1075,14 @@ class Bench:
             )
         if writer is not None and w["callback_to_provisioned"].get("n"):
             self.row(
-                "provision",
-                "wave: writer's callback -> Provisioned (max)",
+                label,
+                prefix + "wave: writer's callback -> Provisioned (max)",
                 w["callback_to_provisioned"]["max"],
                 note=f"p50 {w['callback_to_provisioned']['p50']:.1f} s, disk image",
             )
         self.row(
-            "provision",
-            "wave: failures",
+            label,
+            prefix + "wave: failures",
             len(keys) - len(done) + errors + w["provisioner_runs_failed"],
             unit="",
             note=f"not provisioned + hosts in error + failed runs; {w['provisioner_runs']:.0f} provisioner runs",
@@ -1654,7 +1675,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--scenarios",
         default=",".join(DEFAULT_SCENARIOS),
-        help="comma-separated subset of " + ",".join(SCENARIOS) + " (default: all but storm-scale)",
+        help="comma-separated subset of " + ",".join(SCENARIOS) + " (default: all but storm-scale and provision-sweep)",
     )
     p.add_argument("--threads", type=int, default=16, help="threads creating claims and hosts")
     p.add_argument("--floor-runs", type=int, default=10)
@@ -1670,6 +1691,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--resync-probes", type=int, default=20, help="new claims, one at a time, during resyncs")
     p.add_argument("--provision-samples", type=int, default=5, help="idle create -> Provisioned samples")
     p.add_argument("--wave", type=int, default=100, help="claims provisioned at once (needs as many BMCs)")
+    p.add_argument(
+        "--provision-sweep",
+        type=lambda text: [int(part) for part in text.split(",")],
+        default=[20, 0],
+        help="provision-sweep: the --provision-max-concurrent values its waves run at (0: the wave's size)",
+    )
     p.add_argument(
         "--provision-image",
         choices=("live-iso", "disk"),
@@ -1709,7 +1736,10 @@ def main(argv=None) -> int:
         args.baseline_claims = args.storm_claims
     os.environ.setdefault("ANSIBLE_COLLECTIONS_PATH", str(common.COLLECTIONS))
     os.environ.setdefault("ANSIBLE_COLLECTIONS_SCAN_SYS_PATH", "false")
-    fleet = args.provision_samples + args.wave if "provision" in args.scenarios else 1
+    fleet = max(
+        args.provision_samples + args.wave if "provision" in args.scenarios else 1,
+        args.wave * len(args.provision_sweep) if "provision-sweep" in args.scenarios else 1,
+    )
     directory = args.dir.resolve()
     env = Devenv.load(directory)
     reused = (
