@@ -164,16 +164,23 @@ def test_a_binding_is_not_committed_on_a_claim_whose_finalizer_went_meanwhile():
     locked = claim("c")
     locked["metadata"].update(finalizers=["metal3.io/hostclaim"], resourceVersion="2")
     kube = StrippedMeanwhileKube(locked)
-    book = StatusBook(kube, "t0", check_mode=False)
-    given_back, committed = [], []
-    result = {"namespace": "t", "name": "c", "action": "bind", "host": "i/h"}
-    bound = [("Association", "True", "BareMetalHostAssociated", "")]
-    book.note(locked, bound, updates={"hardwareData": {"namespace": "i", "name": "h"}}, result=result)
-    book.committing(locked, give_back=lambda: given_back.append("h"), on_commit=lambda: committed.append("h"))
+    book, result, given_back, committed = committing(kube, locked, "h")
     assert book.flush() == {("t", "c"): "conflict"}
     assert kube.patches == []  # no status names the host
     assert (given_back, committed) == (["h"], [])
     assert (result["action"], result["host"]) == ("conflict", None)
+
+
+def committing(kube, locked: dict, host: str) -> tuple:
+    """A StatusBook over `kube` holding a binding of `locked` to host i/`host` that this run made and has not
+    committed: (the book, the bind result, the hosts given back, the hosts committed)."""
+    book = StatusBook(kube, "t0", check_mode=False)
+    given_back, committed = [], []
+    result = {"namespace": "t", "name": "c", "action": "bind", "host": f"i/{host}"}
+    bound = [("Association", "True", "BareMetalHostAssociated", "")]
+    book.note(locked, bound, updates={"hardwareData": {"namespace": "i", "name": host}}, result=result)
+    book.committing(locked, give_back=lambda: given_back.append(host), on_commit=lambda: committed.append(host))
+    return book, result, given_back, committed
 
 
 class BoundMeanwhileKube(RecordingKube):
@@ -197,12 +204,7 @@ def test_a_binding_is_never_written_over_a_newer_version_another_binder_committe
     committed_elsewhere["metadata"]["resourceVersion"] = "3"
     committed_elsewhere["status"] = {"hardwareData": {"namespace": "i", "name": "h1"}}
     kube = BoundMeanwhileKube(committed_elsewhere)
-    book = StatusBook(kube, "t0", check_mode=False)
-    given_back, committed = [], []
-    result = {"namespace": "t", "name": "c", "action": "bind", "host": "i/h2"}
-    bound = [("Association", "True", "BareMetalHostAssociated", "")]
-    book.note(locked, bound, updates={"hardwareData": {"namespace": "i", "name": "h2"}}, result=result)
-    book.committing(locked, give_back=lambda: given_back.append("h2"), on_commit=lambda: committed.append("h2"))
+    book, result, given_back, committed = committing(kube, locked, "h2")
     assert book.committing_to(locked) == ("i", "h2")
     book.note(committed_elsewhere, [("Synchronization", "True", "ConfigurationSynced", "")])  # the sync step
     assert book.flush(only=("t", "c")) == {("t", "c"): "conflict"}
