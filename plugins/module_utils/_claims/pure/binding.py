@@ -254,9 +254,8 @@ class HostIndex:
         _size, start = self._ring_start(claim)
         turn = bisect.bisect_left(plain, start)
         at, hosts = self._at, self._hosts
-        return [hosts[at[p]] for p in plain[turn:]] + [hosts[at[p]] for p in plain[:turn]], [
-            hosts[at[p]] for p in marked
-        ]
+        ring = [hosts[at[p]] for p in plain[turn:]] + [hosts[at[p]] for p in plain[:turn]]
+        return ring, [hosts[at[p]] for p in marked]
 
     def _class(self, class_key, passes) -> list:
         if class_key not in self._classes:
