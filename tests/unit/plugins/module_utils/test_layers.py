@@ -32,6 +32,7 @@ PURE_STDLIB = {
     "__future__",
     "base64",
     "binascii",
+    "bisect",
     "collections",
     "copy",
     "dataclasses",
