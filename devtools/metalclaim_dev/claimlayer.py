@@ -177,6 +177,13 @@ class Rack:
 
         with ThreadPoolExecutor(max_workers=threads) as pool:  # a storm-sized rack has a thousand claims
             list(pool.map(one, self.claims))
+        # Its policies and hosts go now, not with the namespace seconds later: the next test of this devenv shares
+        # the tenant namespaces and runs claim steps over every namespace, where a policy left admitting them would
+        # let its claims bind here and a host left naming a deleted claim would be an orphan its runs release.
+        for kind in ("HostDeployPolicy", "BareMetalHost"):
+            self.api("admin", kind).delete(
+                namespace=self.namespace, field_selector=f"metadata.namespace={self.namespace}"
+            )
         self.api("admin", "Namespace", "v1").delete(name=self.namespace)
 
     def teardown(self, wait: float = 180) -> None:
