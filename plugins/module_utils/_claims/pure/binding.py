@@ -445,9 +445,9 @@ def plan(
         ring, marked = index.free_in_ring(claim, class_key, in_class)
         ring = ring if may_take(PLAIN_HOST) else []
         as_plain = preference(PLAIN_HOST)
-        marked = [h for h in marked if may_take(h)]
-        ahead = sorted((h for h in marked if preference(h) < as_plain), key=lambda h: (preference(h), rank(h)))
-        among = [h for h in marked if preference(h) == as_plain]
+        asked = [(preference(h), rank(h), h) for h in marked if may_take(h)]  # rank: unique, no dict compared
+        ahead = [h for p, _rank, h in sorted(asked, key=lambda a: a[:2]) if p < as_plain]
+        among = [h for p, _rank, h in asked if p == as_plain]
         eligible = ahead + (sorted(ring + among, key=rank) if among else ring)
     else:
         eligible = [h for h in index.free(class_key, in_class) if may_take(h)]
