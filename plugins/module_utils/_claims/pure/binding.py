@@ -373,6 +373,8 @@ def plan(
         message = booking.conflict_message(window)
         return Plan(claim, "refuse", reason=booking.BOOKING_CONFLICT, message=message, stale_status=stale)
     booked_host = booking.booked_on(index.all(), claim) if booking.requested_or_none(claim) else None
+    capped_out: list = []  # admitted namespaces whose lease cap the claim's lease does not fit
+    lease_refusal = None
     if lease_caps and now is not None:
         tenant_cap = lease.tenant_cap(namespace_labels)  # the namespace's Tenant's cap: the smaller applies
         lease_caps = lease.with_tenant_cap(lease_caps, namespace_labels)
@@ -381,8 +383,11 @@ def plan(
         except lease.LeaseError as error:
             return Plan(claim, "refuse", reason=lease.LEASE_INVALID, message=f"spec.lease: {error}", stale_status=stale)
         fitting = [ns for ns in allowed if lease.fits(wanted, lease_caps.get(ns), now)]
+        capped_out = [ns for ns in allowed if ns not in fitting]
+        if capped_out:
+            lease_refusal = lease.refusal(wanted, [lease_caps.get(ns) for ns in capped_out], now, tenant_cap)
         if not fitting:
-            reason, message = lease.refusal(wanted, [lease_caps.get(ns) for ns in allowed], now, tenant_cap)
+            reason, message = lease_refusal
             return Plan(claim, "refuse", reason=reason, message=message, stale_status=stale)
         allowed = fitting
     settings = firmware.asked(claim)
@@ -410,13 +415,15 @@ def plan(
     domain = spec.get("failureDomain")
     pools = host_pools(namespace_annotations)
 
-    def in_class(h: dict) -> bool:
+    def suits(h: dict) -> bool:
         return (
-            key(h)[0] in allowed
-            and matches(selector, (h.get("metadata") or {}).get("labels"))
+            matches(selector, (h.get("metadata") or {}).get("labels"))
             and may_bind(h, namespace_labels)
             and in_host_pool(h, pools)
         )
+
+    def in_class(h: dict) -> bool:
+        return key(h)[0] in allowed and suits(h)
 
     class_key = json.dumps([sorted(allowed), selector, namespace_labels or {}, pools], sort_keys=True, default=str)
     bookable = booking.may_take(claim, now)
@@ -454,6 +461,13 @@ def plan(
         eligible.sort(key=lambda h: (*preference(h), rank(h)))
     reason = MISSING_HOST if missing else ""
     message = f"BareMetalHost {recorded_key[0]}/{recorded_key[1]} no longer exists" if missing else ""
+    if not eligible and lease_refusal is not None and not missing:
+        # Only hosts whose namespace's cap the lease is over would suit it (none of the others, free or not): a
+        # shorter lease is what binds it, so say that rather than that no host is free.
+        suiting = [h for h in index.all() if suits(h)]
+        if not any(key(h)[0] in allowed for h in suiting) and any(key(h)[0] in capped_out for h in suiting):
+            reason, message = lease_refusal
+            return Plan(claim, "refuse", reason=reason, message=message, stale_status=stale)
     if not eligible:
         refused = Plan(claim, "refuse", reason=MISSING_HOST if missing else NO_HOST, stale_status=stale)
         refused.message = (message + "; " if missing else "") + refused.no_host_message()

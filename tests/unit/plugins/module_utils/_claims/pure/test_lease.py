@@ -199,10 +199,39 @@ def test_plan_binds_within_the_cap_or_where_none_is_set():
     )
     assert binding.plan(claim(), [HOST], ["infra-1"], lease_caps={"infra-1": None}, now=T0).action == "bind"
     # the hosts of a namespace whose cap is too short are not candidates
+    uncapped = {**HOST, "metadata": {**HOST["metadata"], "namespace": "infra-2", "name": "h2", "uid": "h2"}}
     narrowed = binding.plan(
-        claim({"duration": "2h"}), [HOST], ["infra-1", "infra-2"], lease_caps={"infra-1": 3600, "infra-2": None}, now=T0
+        claim({"duration": "2h"}),
+        [HOST, uncapped],
+        ["infra-1", "infra-2"],
+        lease_caps={"infra-1": 3600, "infra-2": None},
+        now=T0,
     )
-    assert narrowed.action == "refuse" and narrowed.reason == binding.NO_HOST
+    assert narrowed.action == "bind" and [h["metadata"]["name"] for h in narrowed.candidates] == ["h2"]
+
+
+def test_plan_says_the_lease_when_only_hosts_it_is_too_long_for_would_suit():
+    caps = {"infra-1": 3600, "infra-2": None}
+    # infra-2 admits the namespace without a cap but has no host: only a shorter lease would bind the claim
+    over = binding.plan(claim({"duration": "2h"}), [HOST], ["infra-1", "infra-2"], lease_caps=caps, now=T0)
+    assert (over.action, over.reason) == ("refuse", lease.LEASE_OVER_CAP)
+    assert "at most 1h0m0s" in over.message and "infra" not in over.message and "h1" not in over.message
+    required = binding.plan(claim(), [HOST], ["infra-1", "infra-2"], lease_caps=caps, now=T0)
+    assert (required.reason, "infra" in required.message) == (lease.LEASE_REQUIRED, False)
+    # a host of infra-2 that suits it, even one in use, will be free one day: then no free host is the reason
+    taken = {
+        **HOST,
+        "metadata": {**HOST["metadata"], "namespace": "infra-2", "name": "h2", "uid": "h2"},
+        "spec": {"consumerRef": {"kind": "HostClaim", "namespace": "t", "name": "other"}},
+    }
+    waiting = binding.plan(claim({"duration": "2h"}), [HOST, taken], ["infra-1", "infra-2"], lease_caps=caps, now=T0)
+    assert (waiting.action, waiting.reason) == ("refuse", binding.NO_HOST)
+    # a host of infra-1 that does not match the selector is no reason either
+    elsewhere = {**HOST, "metadata": {**HOST["metadata"], "labels": {"size": "small"}}}
+    picky = claim({"duration": "2h"})
+    picky["spec"]["hostSelector"] = {"matchLabels": {"size": "large"}}
+    unmatched = binding.plan(picky, [elsewhere], ["infra-1", "infra-2"], lease_caps=caps, now=T0)
+    assert unmatched.reason == binding.NO_HOST
 
 
 def test_the_lease_deadline_survives_a_wait_outcome():
