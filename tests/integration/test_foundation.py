@@ -45,19 +45,25 @@ def unique(prefix: str) -> str:
 def test_guide_policy_applies_verbatim_as_infra(devenv, clients):
     text, parsed = guide_object("HostDeployPolicy")
     devenv.kubectl("infra", "apply", "-f", "-", stdin=text)
-    policy = resource(clients, "infra", "HostDeployPolicy").get(name="policy", namespace=INFRA)
-    assert policy.to_dict()["spec"] == parsed["spec"] == {"hostclaimNamespaces": {}}
+    try:
+        policy = resource(clients, "infra", "HostDeployPolicy").get(name="policy", namespace=INFRA)
+        assert policy.to_dict()["spec"] == parsed["spec"] == {"hostclaimNamespaces": {}}
+    finally:  # it admits every namespace to the fleet: the worker's later tests must not find it
+        devenv.kubectl("infra", "delete", "--wait=false", "-f", "-", stdin=text)
 
 
 def test_guide_claim_applies_verbatim_as_tenant(devenv, clients):
     text, parsed = guide_object("HostClaim")
     # Strict field validation (kubectl's default) rejects any field our schema lacks.
     result = devenv.kubectl("tenant-a", "apply", "--validate=strict", "-f", "-", stdin=text)
-    assert "hostclaim.metal3.io/my-hostclaim" in result.stdout
-    stored = resource(clients, "tenant-a", "HostClaim").get(name="my-hostclaim", namespace=TENANT_A).to_dict()
-    expected = dict(parsed["spec"])
-    expected.setdefault("kind", "baremetal")  # the schema's default for hybrid routing
-    assert stored["spec"] == expected
+    try:
+        assert "hostclaim.metal3.io/my-hostclaim" in result.stdout
+        stored = resource(clients, "tenant-a", "HostClaim").get(name="my-hostclaim", namespace=TENANT_A).to_dict()
+        expected = dict(parsed["spec"])
+        expected.setdefault("kind", "baremetal")  # the schema's default for hybrid routing
+        assert stored["spec"] == expected
+    finally:  # the tenant namespace is shared by the worker's later tests, whose controllers would run it
+        devenv.kubectl("tenant-a", "delete", "--wait=false", "-f", "-", stdin=text)
 
 
 def test_upstream_aliases_are_accepted(clients):
