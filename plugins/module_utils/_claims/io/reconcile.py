@@ -22,6 +22,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.bo
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.lease import lease_claims
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.release import release_claims
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 
 # Claims bound and synchronized between two flushes of their statuses: a tenant sees its claim Associated once its
 # chunk is done, not at the end of a batch of a thousand (a status is still written once per run).
@@ -30,9 +31,14 @@ VISIBLE_CHUNK = 100
 
 def reconcile_claims(run) -> dict:
     """The steps' results and a summary; the run's finish() then writes what is left of the statuses."""
+    # The lists every run reads, two at a time (an idle claim's run waited for four lists in turn before its first
+    # write): the claims and hosts (release reads them first), then the policies and namespaces binding reads.
+    run.kube.prefetch([(API_VERSION, "HostClaim"), (API_VERSION, "BareMetalHost")], run.workers)
     steps = {"release": release_claims(run), "lease": lease_claims(run), "booking": book_claims(run)}
     binds, bounds = [], []
     claims = run.claims()
+    if claims:
+        run.kube.prefetch([(API_VERSION, "HostDeployPolicy"), ("v1", "Namespace")], run.workers)
     for start in range(0, len(claims), VISIBLE_CHUNK):
         chunk = claims[start : start + VISIBLE_CHUNK]
         with run.narrowed(chunk):

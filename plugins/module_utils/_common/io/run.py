@@ -61,13 +61,31 @@ class Snapshot:
         key = (api_version, kind, namespace, label_selector)
         with self._lock:
             if key not in self._lists:
-                self.reads += 1
-                objects = self._kube.list(api_version, kind, namespace, label_selector=label_selector)
-                for obj in objects:  # a list's items may lack them; a write of one needs them
-                    obj.setdefault("apiVersion", api_version)
-                    obj.setdefault("kind", kind)
-                self._lists[key] = {object_key(obj): obj for obj in objects}
+                self._keep(key, self._kube.list(api_version, kind, namespace, label_selector=label_selector))
             return list(self._lists[key].values())
+
+    def prefetch(self, kinds: list[tuple[str, str]], workers: int) -> None:
+        """List these kinds (every namespace) that are not listed yet, at once: a run that reads them all waits for
+        about one list, not for each in turn (an idle claim's run reads four before its first write)."""
+        with self._lock:
+            due = [(api_version, kind, None, None) for api_version, kind in kinds]
+            due = [key for key in due if key not in self._lists]
+        if len(due) < 2:
+            return  # one list: held() reads it when it is asked for
+        found = bounded_map(lambda key: self._kube.list(*key[:3], label_selector=None), due, workers, "list")
+        with self._lock:
+            for index, key in enumerate(due):
+                if key not in self._lists:  # else another thread's read came first
+                    self._keep(key, found[index])
+
+    def _keep(self, key: tuple, objects: list[dict]) -> None:
+        """Lock held: a list read from the server, as the run holds it."""
+        api_version, kind = key[:2]
+        self.reads += 1
+        for obj in objects:  # a list's items may lack them; a write of one needs them
+            obj.setdefault("apiVersion", api_version)
+            obj.setdefault("kind", kind)
+        self._lists[key] = {object_key(obj): obj for obj in objects}
 
     def list(self, api_version: str, kind: str, namespace: str | None = None, label_selector: str | None = None):
         return [copy.deepcopy(obj) for obj in self.held(api_version, kind, namespace, label_selector)]

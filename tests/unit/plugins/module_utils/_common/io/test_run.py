@@ -108,6 +108,29 @@ def test_each_list_is_read_once_and_follows_the_runs_own_writes():
     assert (kube.calls["list"], snapshot.reads) == (2, 2)
 
 
+def test_prefetch_lists_the_kinds_at_once_and_each_only_once():
+    class Meeting(Kube):
+        """Each list waits for the other: lists made one after the other never meet (the barrier breaks)."""
+
+        barrier = threading.Barrier(2, timeout=5)
+
+        def list(self, api_version, kind, namespace=None, label_selector=None):
+            self.barrier.wait()
+            return super().list(api_version, kind, namespace, label_selector)
+
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"namespace": "t", "name": "s"}}
+    kube = Meeting([config_map("a"), secret])
+    snapshot = Snapshot(kube)
+    snapshot.prefetch([("v1", "ConfigMap"), ("v1", "Secret")], workers=4)
+    assert names(snapshot.held("v1", "ConfigMap")) == ["a"] and snapshot.held("v1", "Secret")[0]["kind"] == "Secret"
+    snapshot.prefetch([("v1", "ConfigMap"), ("v1", "Secret")], workers=4)  # both held: nothing read again
+    assert (kube.calls["list"], snapshot.reads) == (2, 2)
+    plain = Snapshot(Kube([config_map("a")]))
+    plain.held("v1", "ConfigMap")
+    plain.prefetch([("v1", "ConfigMap"), ("v1", "Secret")], workers=4)  # one left: held() reads it when asked
+    assert plain.reads == 1
+
+
 def test_a_selected_list_keeps_an_object_by_its_labels_and_is_read_again_when_it_cannot_tell():
     kube = Kube([config_map("mine", owner="x"), config_map("other")])
     snapshot = Snapshot(kube)
