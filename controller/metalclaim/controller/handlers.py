@@ -188,18 +188,12 @@ class EventHandlers:
         """Every --resync-period until the stop: every key served again (drift, missed events), and the Secret
         watches planned again from the stores."""
         while not self.stop.wait(self.settings.resync_period):
-            for claim in self.stores["HostClaim"].list():
-                key = mapper.claim_key(claim)
-                if self.serves(key):
-                    self.queue.add(key, RESYNC)
-            for host in self.stores["BareMetalHost"].list():
-                key = mapper.key_of(mapper.HOST, host)
-                if self.serves(key):
-                    self.queue.add(key, RESYNC)
-            for claim_set in self.stores["HostClaimSet"].list():
-                key = mapper.key_of(mapper.CLAIMSET, claim_set)
-                if self.serves(key):
-                    self.queue.add(key, RESYNC)
+            keys = [mapper.claim_key(claim) for claim in self.stores["HostClaim"].list()]
+            keys += [mapper.key_of(mapper.HOST, host) for host in self.stores["BareMetalHost"].list()]
+            keys += [mapper.key_of(mapper.CLAIMSET, claim_set) for claim_set in self.stores["HostClaimSet"].list()]
+            # All at once: a batch is cut after a quiet period of a few milliseconds, which this thread's scheduling
+            # must not decide.
+            self.queue.add_all([key for key in keys if self.serves(key)], RESYNC)
             # Catalogs are not watched (only the claim side writes them): the resync redoes any deleted by hand.
             policies = self.stores["HostDeployPolicy"].list()
             self._enqueue_catalogs(mapper.Keys(mapper.catalog_keys(policies, self._namespace_labels())), True)

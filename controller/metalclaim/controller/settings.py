@@ -137,7 +137,7 @@ class Settings:
         duration,
         check=_at_least_zero("0 (at once) or more"),
     )
-    batch_quiet: float = option("--batch-quiet", "20ms", "time without a new key that closes a batch", duration)
+    batch_quiet: float = option("--batch-quiet", "5ms", "time without a new key that closes a batch", duration)
     batch_max_wait: float = option(
         "--batch-max-wait", "250ms", "time after which a batch is cut however busy", duration
     )

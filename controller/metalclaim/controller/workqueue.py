@@ -117,6 +117,18 @@ class WorkQueue:
         """Queue ``key``, ready now. Deduplicated; upgrades the priority and cancels the delay of a queued key."""
         self._add(key, priority, 0.0)
 
+    def add_all(self, keys: Iterable[Hashable], priority: int = LIVE) -> None:
+        """``add`` each key, all under one hold of the lock: a consumer cutting a batch sees all of them or none (a
+        resync's keys make one batch, however short the quiet period and however late their thread is scheduled)."""
+        with self._cond:
+            if self._shutting_down:
+                return
+            now = self._clock()
+            new = [key for key in keys if self._add_locked(key, priority, now, now)]
+        if self._on_add is not None:
+            for key in new:
+                self._on_add(key)
+
     def wake(self, key: Hashable, priority: int = LIVE) -> None:
         """``add(key)`` for a change that matters to the key only while it waits: a key being processed is
         queued again after it only if ``done`` does not name it ``finished``."""
@@ -156,18 +168,20 @@ class WorkQueue:
             if self._shutting_down:
                 return
             now = self._clock()
-            ready_at = now + delay
-            if key in self._processing:
-                pending = self._dirty.get(key)
-                if pending is None:
-                    self._dirty[key] = (priority, ready_at, woken)
-                else:
-                    self._dirty[key] = (min(pending[0], priority), min(pending[1], ready_at), pending[2] and woken)
-                new = pending is None
-            else:
-                new = self._enqueue(key, priority, ready_at, now)
+            new = self._add_locked(key, priority, now + delay, now, woken)
         if new and self._on_add is not None:
             self._on_add(key)
+
+    def _add_locked(self, key: Hashable, priority: int, ready_at: float, now: float, woken: bool = False) -> bool:
+        """Lock held: queue ``key`` or mark it dirty if it is processing; True if it was neither before."""
+        if key in self._processing:
+            pending = self._dirty.get(key)
+            if pending is None:
+                self._dirty[key] = (priority, ready_at, woken)
+            else:
+                self._dirty[key] = (min(pending[0], priority), min(pending[1], ready_at), pending[2] and woken)
+            return pending is None
+        return self._enqueue(key, priority, ready_at, now)
 
     def _enqueue(self, key: Hashable, priority: int, ready_at: float, now: float) -> bool:
         """Queue ``key`` (not processing), or merge into its queued entry (better priority, earlier ready time).

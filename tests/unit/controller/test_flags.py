@@ -54,7 +54,7 @@ def test_each_flag_is_defined_once_and_its_default_shown_as_written():
     options = [o for a in cli.parser()._actions for o in a.option_strings]
     assert len(options) == len(set(options))
     args = cli.parser().parse_args([])
-    assert (args.resync_period, args.batch_quiet, args.batch_max_wait) == (600.0, 0.02, 0.25)
+    assert (args.resync_period, args.batch_quiet, args.batch_max_wait) == (600.0, 0.005, 0.25)
     assert (args.leader_elect_lease_duration, args.grace_period, args.standby_max_age) == (15.0, 20.0, 300.0)
     help_text = " ".join(cli.parser().format_help().split())  # as wrapped to any width
     assert "(default: 10m)" in help_text and "(default: 250ms)" in help_text

@@ -547,3 +547,26 @@ def test_stress_invariants_with_concurrent_producers_and_consumers() -> None:
     assert q.processing() == set()
     stale = {key: (last_add[key], last_start.get(key)) for key in last_add if last_start.get(key, -1) < last_add[key]}
     assert stale == {}, "keys not processed after their last add"
+
+
+def test_add_all_queues_keys_at_one_instant_marks_processing_ones_dirty_and_counts_new_ones() -> None:
+    added = []
+    sim = SimClock()
+    queue = WorkQueue(clock=sim, wait=sim.wait, rng=lambda: 0.0, on_add=added.append)
+    queue.add(claim("busy"))
+    assert queue.get_batch(**NOW) == [claim("busy")]
+    # A resync thread's keys, added one by one, may be cut apart by a consumer whose quiet period ends between two
+    # adds; added at once they are one batch.
+    sim.at(0.001, lambda: queue.add(claim("a")))
+    sim.at(0.010, lambda: queue.add(claim("b")))
+    assert queue.get_batch(quiet=0.005, max_wait=0.25) == [claim("a")]
+    queue.done([claim("a")])
+    assert queue.get_batch(quiet=0, max_wait=0, timeout=1) == [claim("b")]
+    queue.done([claim("b")])
+    sim.at(0.001, lambda: queue.add_all([claim("a"), claim("b"), claim("busy")], RESYNC))
+    assert queue.get_batch(quiet=0.005, max_wait=0.25) == [claim("a"), claim("b")]
+    queue.done([claim("a"), claim("b")])
+    queue.add_all([claim("a")], RESYNC)  # queued already: absorbed
+    queue.done([claim("busy")])  # its pass is over: the resync's mark gives it one more
+    assert sorted(queue.get_batch(**NOW)) == [claim("a"), claim("busy")]
+    assert added == [claim("busy"), claim("a"), claim("b"), claim("a"), claim("b"), claim("busy"), claim("a")]
