@@ -29,5 +29,5 @@ class ActionModule(InProcessStep):
         ("v1", "Event"),
     )
 
-    def step(self, kube, objects, check_mode, diff):
+    def step(self, kube, objects, params, check_mode, diff):
         return claim_step(reconcile_claims, kube, objects, check_mode, diff)

@@ -165,6 +165,31 @@ options:
         the provisioning slots of O(max_concurrent) are still handed out one host at a time, in name order.
     type: int
     default: 8
+  in_process:
+    description:
+      - Set by the controller, not by hand. The task's action plugin steps O(hosts) in the playbook's own
+        process, with the same code as this module, instead of starting a module process. Only right where
+        localhost's Python is ansible-playbook's own (the controller's runs); the module itself ignores it.
+    type: bool
+    default: false
+  standby:
+    description:
+      - Set by the controller (C(--standby)), not by hand. The task's action plugin builds the Kubernetes client
+        first, then connects to O(standby.socket), says it is ready, and waits there for the batch of hosts to
+        step, which it then steps in its own process with the same code as this module (O(hosts) is ignored).
+        The task's result is this module's. When the controller closes the socket instead (an idle standby
+        recycled), the task is skipped.
+      - Without it (running C(playbooks/provision.yml) by hand), the module runs as usual.
+    type: dict
+    suboptions:
+      socket:
+        description: The controller's Unix socket, in a directory only the controller's user can enter.
+        type: path
+        required: true
+      token:
+        description: Which standby run this is, so the controller knows it from a stale one.
+        type: str
+        required: true
 requirements:
   - sushy >= 5
   - pycdlib (for disk images and cleaning, when O(deploy_iso_url) is set)
@@ -312,37 +337,15 @@ steps:
   type: int
 """
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import run_module
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import STANDBY_ARG_SPEC, run_module
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.provisioner import (
+    BMH_REDFISH_ARG_SPEC,
     libraries,
     provision,
     validate,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import defaults
 
-ARGUMENT_SPEC = dict(
-    hosts=dict(
-        type="list",
-        elements="dict",
-        options=dict(namespace=dict(type="str", required=True), name=dict(type="str", required=True)),
-    ),
-    namespaces=dict(type="list", elements="str"),
-    deploy_iso_url=dict(type="str"),
-    media_dir=dict(type="path"),
-    media_url=dict(type="str"),
-    max_concurrent=dict(type="int", default=20),
-    power_off_timeout=dict(type="float", default=defaults.POWER_OFF_TIMEOUT),
-    callback_timeout=dict(type="float", default=defaults.CALLBACK_TIMEOUT),
-    callback_events=dict(type="bool", default=False),
-    power_poll_interval=dict(type="float", default=defaults.POWER_POLL_INTERVAL),
-    cleaning_erase=dict(type="str", choices=["metadata", "full"], default=defaults.CLEANING_ERASE),
-    backoff_base=dict(type="float", default=defaults.BACKOFF_BASE),
-    backoff_cap=dict(type="float", default=defaults.BACKOFF_CAP),
-    redfish_timeout=dict(type="float", default=10),
-    redfish_retries=dict(type="int", default=1),
-    wait=dict(type="float", default=0),
-    workers=dict(type="int", default=8),
-)
+ARGUMENT_SPEC = {**BMH_REDFISH_ARG_SPEC, **STANDBY_ARG_SPEC}
 
 
 def main():

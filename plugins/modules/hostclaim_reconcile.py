@@ -211,11 +211,9 @@ api_calls:
   sample: {"get": 2, "list": 5}
 """
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.module import (
-    STANDBY_ARG_SPEC,
-    run_claim_step,
-)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.module import run_claim_step
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.reconcile import reconcile_claims
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import STANDBY_ARG_SPEC
 
 
 def main():

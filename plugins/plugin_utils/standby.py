@@ -12,9 +12,12 @@ process, with the module's own code. Given `in_process` (the controller's cold r
 localhost interpreter is ansible-playbook's own), it runs its objects here too, without a
 module process. Without either (the playbook run by hand) the module runs as usual.
 
-The protocol is one JSON line each way: {"ready": token, "pid": n} from here; then
-{"claims": [{namespace, name}, ...]} or {"recycle": reason} (or the socket closed) from the controller
-(controller/metalclaim/controller/standby.py is the other end).
+The protocol is JSON lines: {"ready": token, "pid": n} from here; then {"objects": [{namespace, name}, ...]} (the
+claims or hosts to step) or {"recycle": reason} (or the socket closed) from the controller. A batch sent with
+"answer": true is answered on the socket ({"result": the step's result}) and the run waits for the next one: a
+standby that serves many batches, holding what it built across them (the provisioner's BMC connections); without
+it, the batch is the run's last and its result the task's. controller/metalclaim/controller/standby.py is the
+other end.
 """
 
 from __future__ import annotations
@@ -26,14 +29,16 @@ import socket
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.module import STANDBY_ARG_SPEC
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import (
     AUTH_ARG_SPEC,
     KUBERNETES_IMPORT_ERROR,
     Kube,
     KubeError,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import step_result
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import (
+    STANDBY_ARG_SPEC,
+    step_result,
+)
 
 MAX_LINE = 16 * 1024 * 1024  # a batch of 1000 claims is ~100 KB
 
@@ -41,7 +46,8 @@ MAX_LINE = 16 * 1024 * 1024  # a batch of 1000 claims is ~100 KB
 class InProcessStep(ActionBase):
     """An action plugin whose module's step may run here. A subclass names the module (MODULE), its arguments
     besides the connection's and the controller's (ARG_SPEC, with the objects' list under OBJECTS), the kinds a
-    standby run resolves before it says it is ready (KINDS), and the step itself (step)."""
+    standby run resolves before it says it is ready (KINDS), the step itself (step), and, as its module does, the
+    libraries its arguments need and what the spec cannot check (libraries, validate)."""
 
     MODULE = ""
     ARG_SPEC: dict = {}
@@ -50,9 +56,17 @@ class InProcessStep(ActionBase):
     _supports_check_mode = True
     _supports_async = False
 
-    def step(self, kube: Kube, objects: list[dict], check_mode: bool, diff: bool) -> dict:
-        """The module's step over `objects` ({namespace, name}): its result dict."""
+    def step(self, kube: Kube, objects: list[dict], params: dict, check_mode: bool, diff: bool) -> dict:
+        """The module's step over `objects` ({namespace, name}), its other arguments in `params`: its result dict."""
         raise NotImplementedError
+
+    def libraries(self, params: dict) -> dict:
+        """{name: import traceback or None}: the Python packages the step needs besides kubernetes."""
+        return {}
+
+    def validate(self, params: dict) -> str | None:
+        """What the argument spec cannot say (a message), checked before connecting."""
+        return None
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -64,9 +78,14 @@ class InProcessStep(ActionBase):
         validated = ArgumentSpecValidator({**self.ARG_SPEC, **STANDBY_ARG_SPEC, **AUTH_ARG_SPEC}).validate(args)
         if validated.error_messages:
             return {**result, "failed": True, "msg": "; ".join(validated.error_messages)}
-        if KUBERNETES_IMPORT_ERROR:
-            return {**result, "failed": True, "msg": "the kubernetes Python package is required to run in process"}
         params = validated.validated_parameters
+        needed = {"kubernetes": KUBERNETES_IMPORT_ERROR, **self.libraries(params)}
+        missing = sorted(name for name, import_error in needed.items() if import_error)
+        if missing:
+            return {**result, "failed": True, "msg": f"the Python packages {', '.join(missing)} are required"}
+        problem = self.validate(params)
+        if problem:
+            return {**result, "failed": True, "msg": problem}
         standby = params["standby"]
         try:
             kube = Kube(params)
@@ -74,32 +93,72 @@ class InProcessStep(ActionBase):
                 kube.discover(self.KINDS)
         except KubeError as error:
             return {**result, "failed": True, "msg": str(error)}
-        objects = params[self.OBJECTS]
-        if standby:
-            try:
-                batch = wait_for_batch(standby["socket"], standby["token"])
-            except (OSError, ValueError) as error:
-                message = f"standby: the controller's socket {standby['socket']}: {error}"
-                return {**result, "failed": True, "msg": message}
-            if "claims" not in batch:
-                message = f"standby recycled: {batch.get('recycle')}"
-                return {**result, "skipped": True, "changed": False, "msg": message}
-            objects = [{"namespace": c["namespace"], "name": c["name"]} for c in batch["claims"]]
         check_mode, diff = bool(self._play_context.check_mode), bool(self._task.diff)
-        return {**result, **step_result(lambda: self.step(kube, objects, check_mode, diff))}
+        try:
+            if not standby:
+                objects = params[self.OBJECTS]
+                return {**result, **step_result(lambda: self.step(kube, objects, params, check_mode, diff))}
+            return {**result, **self._serve(standby, kube, params, check_mode, diff)}
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """The run is over: let go of what the steps kept across batches."""
+
+    def _serve(self, standby: dict, kube: Kube, params: dict, check_mode: bool, diff: bool) -> dict:
+        """Wait on the controller's socket and step what it sends: the batch it wants answered on the socket, and the
+        one after, until the one it does not (the task's result) or it recycles this standby (skipped)."""
+        served = 0
+        try:
+            with ControllerSocket(standby["socket"], standby["token"]) as channel:
+                while True:
+                    batch = channel.receive()
+                    if "objects" not in batch:
+                        after = f" after {served} batches" if served else ""
+                        message = f"standby recycled{after}: {batch.get('recycle')}"
+                        return {"skipped": True, "changed": False, "msg": message}
+                    objects = [{"namespace": o["namespace"], "name": o["name"]} for o in batch["objects"]]
+                    outcome = step_result(lambda objects=objects: self.step(kube, objects, params, check_mode, diff))
+                    if not batch.get("answer"):
+                        return outcome
+                    channel.answer(outcome)
+                    served += 1
+        except (OSError, ValueError) as error:
+            message = f"standby: the controller's socket {standby['socket']}: {error}"
+            return {"failed": True, "msg": message}
 
 
-def wait_for_batch(path: str, token: str) -> dict:
-    """Say ready on the controller's socket, then block until it sends the batch (or recycles this standby)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.connect(path)
-        conn.sendall(json.dumps({"ready": token, "pid": os.getpid()}).encode() + b"\n")
-        received = b""
-        while not received.endswith(b"\n"):
-            chunk = conn.recv(65536)
+class ControllerSocket:
+    """A standby's connection to the controller's socket: it says ready, then receives batches, and answers those
+    the controller asks it to."""
+
+    def __init__(self, path: str, token: str):
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._received = b""
+        try:
+            self._conn.connect(path)
+            self._conn.sendall(json.dumps({"ready": token, "pid": os.getpid()}).encode() + b"\n")
+        except OSError:
+            self._conn.close()
+            raise
+
+    def receive(self) -> dict:
+        """Block until the controller's next message; the socket closed is a recycle."""
+        while b"\n" not in self._received:
+            chunk = self._conn.recv(65536)
             if not chunk:  # closed without a batch: the controller stopped or recycled this standby
                 return {"recycle": "the controller closed the socket"}
-            received += chunk
-            if len(received) > MAX_LINE:
+            self._received += chunk
+            if len(self._received) > MAX_LINE:
                 raise ValueError(f"a message longer than {MAX_LINE} bytes")
-    return json.loads(received)
+        line, self._received = self._received.split(b"\n", 1)
+        return json.loads(line)
+
+    def answer(self, result: dict) -> None:
+        self._conn.sendall(json.dumps({"result": result}, default=str).encode() + b"\n")
+
+    def __enter__(self) -> ControllerSocket:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._conn.close()

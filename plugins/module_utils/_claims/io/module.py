@@ -21,20 +21,6 @@ CLAIMS_ARG_SPEC = {
 }
 
 
-# Set by the controller; read by hostclaim_reconcile's action plugin (its base: plugins/plugin_utils/standby.py).
-# The module declares them so that its arguments validate, and ignores them.
-STANDBY_ARG_SPEC = {
-    "in_process": {"type": "bool", "default": False},
-    "standby": {
-        "type": "dict",
-        "options": {
-            "socket": {"type": "path", "required": True},
-            "token": {"type": "str", "required": True, "no_log": True},
-        },
-    },
-}
-
-
 def claim_step(step, kube, claims, check_mode: bool, diff: bool) -> dict:
     """step(ClaimRun) -> result dict, statuses written at the end (a new binding's at once: it commits it), a `diff`
     with --diff: what a claim-layer module runs, and what the standby run of hostclaim_reconcile runs in its own

@@ -14,6 +14,19 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
     KubeError,
 )
 
+# Set by the controller; read by the action plugins of hostclaim_reconcile and bmh_redfish (their base:
+# plugins/plugin_utils/standby.py). Each module declares them so that its arguments validate, and ignores them.
+STANDBY_ARG_SPEC = {
+    "in_process": {"type": "bool", "default": False},
+    "standby": {
+        "type": "dict",
+        "options": {
+            "socket": {"type": "path", "required": True},
+            "token": {"type": "str", "required": True, "no_log": True},
+        },
+    },
+}
+
 
 class StepFailure(Exception):
     """A module failure its step saw coming: `message` for the user, `result` returned beside it."""

@@ -50,6 +50,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
     RedfishError,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import (
+    defaults,
     firmware,
     host_diff,
     machine,
@@ -72,6 +73,32 @@ _MEDIA_TOKEN = re.compile(r"/media/([A-Za-z0-9_-]{43})/")
 API_VERBS = ("list", "get", "create", "replace", "patch", "delete")
 # A LIST of BareMetalHosts costs about one GET plus one per this many hosts (see Fleet).
 LIST_HOSTS_PER_GET = 20
+
+# bmh_redfish's arguments besides the connection's and the controller's: its module and its action plugin (the
+# controller's runs in process and standby runs) validate them.
+BMH_REDFISH_ARG_SPEC = dict(
+    hosts=dict(
+        type="list",
+        elements="dict",
+        options=dict(namespace=dict(type="str", required=True), name=dict(type="str", required=True)),
+    ),
+    namespaces=dict(type="list", elements="str"),
+    deploy_iso_url=dict(type="str"),
+    media_dir=dict(type="path"),
+    media_url=dict(type="str"),
+    max_concurrent=dict(type="int", default=20),
+    power_off_timeout=dict(type="float", default=defaults.POWER_OFF_TIMEOUT),
+    callback_timeout=dict(type="float", default=defaults.CALLBACK_TIMEOUT),
+    callback_events=dict(type="bool", default=False),
+    power_poll_interval=dict(type="float", default=defaults.POWER_POLL_INTERVAL),
+    cleaning_erase=dict(type="str", choices=["metadata", "full"], default=defaults.CLEANING_ERASE),
+    backoff_base=dict(type="float", default=defaults.BACKOFF_BASE),
+    backoff_cap=dict(type="float", default=defaults.BACKOFF_CAP),
+    redfish_timeout=dict(type="float", default=10),
+    redfish_retries=dict(type="int", default=1),
+    wait=dict(type="float", default=0),
+    workers=dict(type="int", default=8),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,28 +326,45 @@ class _Link:
 
 
 class Connections:
-    """The BMC connections of one module run, one per host and BMC (address, TLS check, Secret name).
+    """The BMC connections of a module run (or of a standby run's many steps), one per host and BMC (address, TLS
+    check, Secret name).
 
     A host's later steps in the same run (the `wait` loop) reuse its connection: no second
     read of its BMC Secret, of the service root, and no second login. A connection that
     failed is dropped, so the next step reads the Secret again and connects afresh; a Secret
-    rotated during a run is therefore read after a failure or at the next run.
+    rotated during a run is therefore read after a failure or at the next run. Kept across runs
+    (a standby run serving many batches: begin_run() at each), a connection is reused only
+    while its Secret is the version it was made from: each run reads the Secret once, as a cold run does, and
+    saves the service root and the login.
     """
 
     def __init__(self, options: Options):
         self._options = options
         self._links: dict = {}
+        self._checked: set = set()  # the links whose Secret this run has read again
         self._lock = threading.Lock()
+
+    def begin_run(self) -> None:
+        """A new run: each kept connection's Secret is read again before its first use."""
+        with self._lock:
+            self._checked = set()
 
     def open(self, kube, host: dict, ctx: machine.Context) -> _Bmc | None:
         """The host's BMC for this step; None (with the problem in ctx) when its Secret or address is unusable."""
         key = _link_key(host)
         with self._lock:
             link = self._links.get(key)
-        if link is None:
+            checked = key in self._checked
+        credentials = None
+        if link is None or not checked:
             credentials = _credentials(kube, host, ctx)
-            if not credentials:
-                return None
+            if not credentials or (link is not None and ctx.credentials_version != link.credentials_version):
+                if link is not None:
+                    self.drop(key, link.client)
+                    link = None
+                if not credentials:
+                    return None
+        if link is None:
             bmc = host["spec"]["bmc"]
             client = RedfishClient(
                 parse_bmc_address(bmc["address"]),
@@ -333,6 +377,8 @@ class Connections:
             link = _Link(client, ctx.credentials_version)
             with self._lock:
                 self._links[key] = link
+        with self._lock:
+            self._checked.add(key)
         ctx.credentials_version = link.credentials_version
         return _Bmc(self, key, link.client)
 
@@ -342,6 +388,7 @@ class Connections:
             link = self._links.get(key)
             if link is not None and link.client is client:
                 del self._links[key]
+                self._checked.discard(key)
         client.close()
 
     def close(self) -> None:
@@ -849,22 +896,29 @@ def validate(params: dict) -> str | None:
 
 
 def provision(module, kube) -> dict:
-    """The bmh_redfish module: one step per host, or, with `wait`, steps until the hosts settle.
+    """The bmh_redfish module's step."""
+    return provision_step(kube, module.params, module.check_mode, getattr(module, "_diff", False))
+
+
+def provision_step(kube, params: dict, check_mode: bool, diff: bool, connections: Connections | None = None) -> dict:
+    """One step per host, or, with `wait`, steps until the hosts settle: what the bmh_redfish module runs, and what its
+    action plugin runs in the playbook's process (the controller's runs).
 
     While waiting, a host is stepped again only when its own requeue_after has passed, and
-    only the hosts stepped are read again (Fleet): a settled host costs nothing more.
+    only the hosts stepped are read again (Fleet): a settled host costs nothing more. The BMC connections are the
+    run's own, or `connections` (kept open: the caller's to close) to reuse those of earlier runs.
     """
-    params = module.params
     options = options_from(params)
     deadline = time.monotonic() + max(0.0, params["wait"])
     settling = Settling()
     fleet = Fleet()
-    run_diff = host_diff.RunDiff() if getattr(module, "_diff", False) else None
+    run_diff = host_diff.RunDiff() if diff else None
     changed = False
     steps = requests = 0
     warnings: set = set()
     pending = params["hosts"]
-    connections = Connections(options)
+    run_connections = connections or Connections(options)
+    run_connections.begin_run()
     try:
         while True:
             result = provision_hosts(
@@ -873,8 +927,8 @@ def provision(module, kube) -> dict:
                 params["namespaces"],
                 options,
                 now(),
-                module.check_mode,
-                connections,
+                check_mode,
+                run_connections,
                 fleet,
                 diff=run_diff is not None,
             )
@@ -886,14 +940,15 @@ def provision(module, kube) -> dict:
             steps += 1
             settling.record(result["hosts"], pending, time.monotonic())
             next_at = settling.next_at()
-            if module.check_mode or next_at is None or next_at > deadline:
+            if check_mode or next_at is None or next_at > deadline:
                 break
             time.sleep(max(0.0, next_at - time.monotonic()))
             pending = settling.due_now(max(next_at, time.monotonic()))
     except KubeError as error:
         raise StepFailure(str(error), api_calls=api_calls(kube)) from None
     finally:
-        connections.close()
+        if connections is None:
+            run_connections.close()
     hosts = settling.hosts()
     outcome = dict(
         changed=changed,
