@@ -891,7 +891,10 @@ class Bench:
             writer = common.FakeWriter(self.admin, site.namespace, media.dir, media.url, self.args.writer_seconds)
             writer.start()
             stack.callback(writer.close)
-        provisioner = self.controller("provisioner", [site.namespace], f"{label}-{max_concurrent}-provisioner", *extra)
+        # Both sides as config/manager deploys them: standby runs on the claim side and on the provisioner.
+        provisioner = self.controller(
+            "provisioner", [site.namespace], f"{label}-{max_concurrent}-provisioner", *extra, standby=True
+        )
         stack.callback(provisioner.stop)
         size = samples + wave
         self.progress.start(f"provision: {size} hosts registered and inspected", size)
@@ -903,7 +906,9 @@ class Bench:
         self.progress.end()
         if available < size:
             raise RuntimeError(f"only {available}/{size} hosts became available: {site.states()}")
-        claims = self.controller("claims", [site.namespace], f"{label}-{max_concurrent}-claims", mode="batch")
+        claims = self.controller(
+            "claims", [site.namespace], f"{label}-{max_concurrent}-claims", mode="batch", standby=True
+        )
         stack.callback(claims.stop)
         claims.settle(quiet=1.0)
         provisioner.settle(quiet=1.0)

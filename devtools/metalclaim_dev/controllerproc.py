@@ -128,7 +128,7 @@ def claim_side(rack: Rack, leader_elect: bool = False) -> list[str]:
     return options
 
 
-def provisioner(devenv, tmp_path, namespace: str) -> ControllerProcess:
+def provisioner(devenv, tmp_path, namespace: str, *extra: str) -> ControllerProcess:
     """The provisioner side for one infrastructure namespace, as its own identity (as config/manager deploys it)."""
     return ControllerProcess(
         devenv,
@@ -137,6 +137,7 @@ def provisioner(devenv, tmp_path, namespace: str) -> ControllerProcess:
         namespace,
         "--controllers",
         "provisioner",
+        *extra,
         kubeconfig_identity="provisioner",
     )
 

@@ -313,14 +313,16 @@ def test_labelling_the_infra_namespace_hands_its_hosts_to_the_running_provisione
 
 
 def test_the_guides_lifecycle_driven_only_by_api_changes(devenv, site, files, tmp_path):
-    """Register, claim, provision a live ISO, deprovision, delete: the tenant and the infra team only write objects."""
+    """Register, claim, provision a live ISO, deprovision, delete: the tenant and the infra team only write objects.
+    The provisioner as config/manager deploys it: its standby run serves batch after batch, keeping the BMC
+    connection."""
     iso_url = files.add("live.iso", b"live iso for the controller\n" * 64)
     site.host("h0", 0)  # as the infra team registers it: no status yet
     # Each side as its own identity, as config/manager deploys them.
     claims = ControllerProcess(
         devenv, tmp_path / "claims", "--infra-namespaces", site.namespace, "--controllers", "claims"
     )
-    provisioner = provisioner_side(devenv, tmp_path / "provisioner", site.namespace)
+    provisioner = provisioner_side(devenv, tmp_path / "provisioner", site.namespace, "--standby=true")
     started = time.monotonic()
 
     def both() -> str:
@@ -363,6 +365,10 @@ def test_the_guides_lifecycle_driven_only_by_api_changes(devenv, site, files, tm
         lap("claim deleted -> released, finalizer gone")
         host = site.read("h0")
         assert "consumerRef" not in host["spec"] and host["status"]["provisioning"]["state"] == "available"
+        # Every step went to the one standby run serving them (none cold, none failed).
+        served = provisioner.metric("metalclaim_standby_batches_total", path="standby")
+        assert served >= 8 and provisioner.metric("metalclaim_standby_batches_total", path="cold") == 0, both()
+        assert '"run_failed"' not in provisioner.output(full=True), both()
     finally:
         claims.stop()
         provisioner.stop()

@@ -1,7 +1,7 @@
 """`kubectl kustomize` of config/: what `kubectl apply -k` would install, rendered offline (no cluster).
 
 * config/default is the controller whole: both sides, the metrics Service, the media server beside the provisioner
-  (a media directory shared with it, a port and Service of its own), standby runs on the claim side, probes on
+  (a media directory shared with it, a port and Service of its own), standby runs on both sides, probes on
   ports no Service exposes, the recommended labels on every object;
 * an overlay that sets another namespace (and lists config/components/namespace-references, as config/default
   says) renders every object as config/default does with nothing but the namespace changed: no value still names
@@ -205,9 +205,11 @@ def test_the_media_server_runs_beside_the_provisioner(default):
     assert env["MEDIA_URL"]["value"] == f"http://metalclaim-media.$(POD_NAMESPACE).svc:{media_port}"
 
 
-def test_the_claim_side_runs_standby_runs_and_both_elect_in_their_namespace(default):
+def test_both_sides_run_standby_runs_and_elect_in_their_namespace(default):
     claims = container(deployment(default, "metalclaim-controller"), "controller")
     assert flag(claims, "controllers") == "claims" and flag(claims, "standby") == "true"
+    provisioner = container(deployment(default, "metalclaim-provisioner"), "controller")
+    assert flag(provisioner, "controllers") == "provisioner" and flag(provisioner, "standby") == "true"
     for name in ("metalclaim-controller", "metalclaim-provisioner"):
         controller = container(deployment(default, name), "controller")
         assert flag(controller, "leader-election-namespace") == "$(POD_NAMESPACE)", name
@@ -406,5 +408,4 @@ def test_the_shipped_arguments_are_the_programs_own(default):
                 assert args.leader_election_namespace == NAMESPACE
                 if name == "metalclaim-provisioner":
                     assert args.media_url == f"http://metalclaim-media.{NAMESPACE}.svc:8082"
-                else:
-                    assert args.standby is True
+                assert args.standby is True

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import collection, mapper, outcomes
-from .groups import GROUPS, IN_PROCESS_VAR
-from .runs import Runner, private_directory
+from .groups import COLLECTION, GROUPS
+from .runs import Runner, RunReport, private_directory
 from .scope import CLAIMS, PROVISIONER, TENANTS
 from .standby import Standby
 
@@ -26,6 +26,18 @@ def run_of(group: str, keys: list, settings) -> tuple[str, dict]:
     """The playbook a batch of `group` runs and its variables (groups.GROUPS: the one table of them)."""
     entry = GROUPS[group]
     return entry.playbook_path(), entry.extravars(keys, settings)
+
+
+def standby_group(settings) -> str | None:
+    """The group whose runs a slot's standby serves (--standby): the claim side's reconcile runs, the most frequent
+    and the ones a tenant waits on, else a provisioner's (alone in its process, as deployed) provision runs."""
+    if not settings.standby:
+        return None
+    if CLAIMS in settings.scope.sides:
+        return mapper.CLAIM
+    if PROVISIONER in settings.scope.sides:
+        return mapper.HOST
+    return None
 
 
 def remote_slot_wanted(settings) -> bool:
@@ -54,6 +66,7 @@ class Dispatcher:
         self.remote_slot: int | None = None
         self._remote_runner: Runner | None = None
         self._standby_dir: Path | None = None
+        self._standby_group = standby_group(settings)
         self._cancel_run = threading.Event()
         self.threads: list[threading.Thread] = []
 
@@ -148,8 +161,19 @@ class Dispatcher:
         if not self.standbys:
             return self.runners[slot].run(playbook, extravars, self._cancel_run)
         standby = self.standbys[slot]
-        if group == mapper.CLAIM:
-            runner = standby.hand_over(extravars[GROUPS[mapper.CLAIM].objects_var], self.stop)
+        entry = GROUPS[group]
+        if group == self._standby_group and entry.standby_serves:
+            started = time.monotonic()
+            result, report = standby.serve(extravars[entry.objects_var], self.stop, self._cancel_run)
+            if result is not None:
+                self.metrics.standby_batches.labels("standby").inc()
+                return served_report(entry, result, time.monotonic() - started)
+            if report is not None:  # the standby's run ended on this batch: the keys are retried
+                self.metrics.standby_batches.labels("standby").inc()
+                return report
+            self.metrics.standby_batches.labels("cold").inc()
+        elif group == self._standby_group:
+            runner = standby.hand_over(extravars[entry.objects_var], self.stop)
             if runner is not None:
                 self.metrics.standby_batches.labels("standby").inc()
                 return runner.wait(self._cancel_run)
@@ -167,7 +191,7 @@ class Dispatcher:
         # One private data dir per runner, each rotating its artifacts: disk stays within
         # runners x keep_artifacts runs, however many runs happen. All inside one directory of our own.
         private_directory(settings.private_data_dir)
-        standby = settings.standby and CLAIMS in settings.scope.sides
+        standby = self._standby_group
         per_slot = 2 if standby else 1
         self.runners = [
             Runner(
@@ -187,12 +211,14 @@ class Dispatcher:
         if standby:
             # A short path (sockets: 107 bytes at most), a directory only this user can enter (mkdtemp: 0700).
             self._standby_dir = Path(tempfile.mkdtemp(prefix="metalclaim-standby-"))
+            entry = GROUPS[standby]
             self.standbys = [
                 Standby(
                     self.runners[2 * slot : 2 * slot + 2],
                     self._standby_dir / f"slot-{slot}.sock",
-                    GROUPS[mapper.CLAIM].playbook_path(),
-                    extravars={IN_PROCESS_VAR: True},  # its claims come through the socket at the hand-over
+                    entry.playbook_path(),
+                    standby_var=entry.standby_var,
+                    extravars=entry.run_options(settings),  # its objects come through the socket at the hand-over
                     max_age=settings.standby_max_age,
                     fingerprint=collection.fingerprint,
                     log=lambda event, slot=slot, **fields: self._log(event, slot=slot, **fields),
@@ -231,6 +257,13 @@ class Dispatcher:
         if self._standby_dir is not None:
             with contextlib.suppress(OSError):
                 self._standby_dir.rmdir()
+
+
+def served_report(entry, result: dict, seconds: float) -> RunReport:
+    """A batch a serving standby answered, as the report of a run of its own: the step's result, or its failure."""
+    if result.get("failed"):
+        return RunReport("failed", 2, seconds, failures=[{"task": entry.module, "msg": result.get("msg", "")}])
+    return RunReport("successful", 0, seconds, results={f"{COLLECTION}.{entry.module}": result})
 
 
 def _runner_dir(private: Path, slot: int, slots: int, runner: int, per_slot: int) -> Path:

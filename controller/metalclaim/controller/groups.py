@@ -15,10 +15,6 @@ from . import collection
 from .mapper import CATALOG, CLAIM, CLAIMSET, HOST, REMOTE, TENANT
 
 COLLECTION = "metalclaim.hostclaim"
-# Role variables of the claims role the controller sets: its step runs in ansible-playbook's process (the action
-# plugin, no module process), and a standby run's socket and token (see standby.py).
-IN_PROCESS_VAR = "claims_in_process"
-STANDBY_VAR = "claims_standby"
 
 
 @dataclass(frozen=True)
@@ -27,18 +23,36 @@ class Group:
     module: str  # the task (module FQCN) whose result carries the outcomes
     objects_var: str  # the role variable naming the batch's objects
     by_name: bool = False  # the objects are cluster-scoped: a list of names, not {namespace, name}
+    # The role's variable (prefix + "_in_process") saying its step runs in ansible-playbook's process (the action
+    # plugin, no module process); and (prefix + "_standby") a standby run's socket and token (see standby.py).
+    role_prefix: str = ""
     in_process: bool = False
     standby: bool = False
+    # Its standby run serves many batches (standby.py: serve()) and keeps what it built across them: the provisioner's
+    # BMC connections. Else a batch is one whole run, with its own events and artifacts.
+    standby_serves: bool = False
     options: Callable[[object], dict] = field(default=lambda settings: {})
+
+    @property
+    def in_process_var(self) -> str:
+        return f"{self.role_prefix}_in_process"
+
+    @property
+    def standby_var(self) -> str:
+        return f"{self.role_prefix}_standby"
 
     def extravars(self, keys: list, settings) -> dict:
         if self.by_name:
             objects = [name for _kind, _namespace, name in keys]
         else:
             objects = [{"namespace": namespace, "name": name} for _kind, namespace, name in keys]
-        extravars = {self.objects_var: objects, **self.options(settings)}
+        return {self.objects_var: objects, **self.run_options(settings)}
+
+    def run_options(self, settings) -> dict:
+        """A run's variables besides its objects (all a standby run starts with: its objects come later)."""
+        extravars = dict(self.options(settings))
         if self.in_process:
-            extravars[IN_PROCESS_VAR] = True
+            extravars[self.in_process_var] = True
         return extravars
 
     def playbook_path(self) -> str:
@@ -82,10 +96,21 @@ def _provision_options(settings) -> dict:
 
 
 GROUPS = {
-    CLAIM: Group("reconcile", "hostclaim_reconcile", "claims_list", in_process=True, standby=True),
+    CLAIM: Group(
+        "reconcile", "hostclaim_reconcile", "claims_list", role_prefix="claims", in_process=True, standby=True
+    ),
     REMOTE: Group("remote", "hostclaim_remote", "remote_claims", options=_remote_options),
     CLAIMSET: Group("claimsets", "hostclaimset_reconcile", "claimsets_list"),
     CATALOG: Group("catalog", "hostclaim_catalog", "catalog_list"),
     TENANT: Group("tenant", "tenant_reconcile", "tenancy_names", by_name=True, options=_tenant_options),
-    HOST: Group("provision", "bmh_redfish", "provisioner_hosts", options=_provision_options),
+    HOST: Group(
+        "provision",
+        "bmh_redfish",
+        "provisioner_hosts",
+        role_prefix="provisioner",
+        in_process=True,
+        standby=True,
+        standby_serves=True,
+        options=_provision_options,
+    ),
 }

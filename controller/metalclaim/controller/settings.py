@@ -171,7 +171,8 @@ class Settings:
     standby: bool = option(
         "--standby",
         "false",
-        "start each claim-side run ahead, so a batch goes to a run already past its start-up (batch mode)",
+        "start each run ahead, so a batch goes to a run already past its start-up (batch mode): the claim side's "
+        "runs, or a provisioner's alone in its process",
         boolean,
     )
     standby_max_age: float = option(

@@ -1,16 +1,22 @@
-"""Standby runs: the next reconcile run is started before its batch exists (--standby).
+"""Standby runs: the next run is started before its batch exists (--standby).
 
 A cold run pays its start-up (interpreter, Ansible, playbook, module process, the `kubernetes`
-import: about twice the floor F) before its first API request. A standby run pays it ahead:
-reconcile.yml's first task (the action plugin of hostclaim_reconcile) builds its client, then
-connects to this slot's Unix socket, says it is ready and waits. A batch is handed over on that
-connection; the run reconciles it, ends as any run does (its own events and artifacts) and its
-report settles the batch's keys. At the hand-over the slot's other runner starts the next
+import: about twice the floor F) before its first API request. A standby run pays it ahead: the
+slot's standby playbook (reconcile.yml on the claim side, provision.yml on a provisioner alone;
+dispatch.py chooses) has its first task's action plugin (hostclaim_reconcile's, bmh_redfish's) build
+its client, then connect to this slot's Unix socket, say it is ready and wait. A batch (its claims
+or hosts) is handed over on that connection; the run steps it, ends as any run does (its own events
+and artifacts) and its report settles the batch's keys. At the hand-over the slot's other runner starts the next
 standby. A slot has two runners, so one can wait while the other finishes.
 
 When no standby is ready (none started yet, its start failed, its runner died), a batch waits for
 the one starting, up to `ready_timeout`, then goes the cold way on the free runner: a failing
-standby never holds a batch back for long, and standbys are restarted with backoff. An idle
+standby never holds a batch back for long, and standbys are restarted with backoff.
+
+A standby may also serve many batches (serve(), for the provisioner: its BMC connections are kept from one batch
+to the next, and a host's next step waits for no run's start): each batch is sent with "answer", its result comes
+back on the connection, and the run waits for the next batch until it is recycled. Its run ends only then, and
+before the runner's job timeout: no batch is sent to a standby older than `max_age`. An idle
 standby is recycled (sent {"recycle": reason}; its run ends, skipped) after `max_age` seconds,
 kept below the runner's job timeout, and when the collection's files change (an upgrade).
 """
@@ -24,8 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .groups import STANDBY_VAR
-from .runs import Runner
+from .runs import Runner, RunReport
 
 
 class Standby:
@@ -38,6 +43,7 @@ class Standby:
         socket_path: Path,
         playbook: str,
         *,
+        standby_var: str,
         extravars: dict | None = None,
         max_age: float = 300.0,
         ready_timeout: float = 30.0,
@@ -55,6 +61,7 @@ class Standby:
         self.runners = runners
         self.socket_path = socket_path
         self.playbook = playbook
+        self.standby_var = standby_var  # the role variable that gives a standby run the socket and its token
         self.extravars = extravars or {}
         self.max_age = max_age
         self.ready_timeout = ready_timeout
@@ -63,6 +70,7 @@ class Standby:
         self._log = log
         self._on_ready = on_ready
         self._clock = clock
+        self._received = b""  # what a serving standby sent and serve() has not read yet
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._listener.bind(str(socket_path))
         self._listener.listen(4)
@@ -78,7 +86,7 @@ class Standby:
 
     # -- the dispatcher's calls ------------------------------------------------------------------
 
-    def hand_over(self, claims: list[dict], stop=None) -> Runner | None:
+    def hand_over(self, objects: list[dict], stop=None) -> Runner | None:
         """Give the batch to the ready standby (waiting for the one starting, up to ready_timeout) and start the
         next; the runner whose report settles the batch, or None: run it cold."""
         self.launch()
@@ -88,7 +96,7 @@ class Standby:
         self._pending, self._conn = None, None
         self._on_ready(-1)
         try:
-            conn.sendall(json.dumps({"claims": claims}).encode() + b"\n")
+            conn.sendall(json.dumps({"objects": objects}).encode() + b"\n")
         except OSError as error:  # the standby went away after it said ready: its run reports why
             self._log("standby_failed", error=str(error), pid=runner.pid)
             self._settle(runner)
@@ -97,6 +105,55 @@ class Standby:
             conn.close()
         self.launch()
         return runner
+
+    def serve(self, objects: list[dict], stop=None, cancel=None) -> tuple[dict | None, RunReport | None]:
+        """Have the ready standby step the batch and answer, then wait for the next: (its result, None); or (None, the
+        report of its run, ended without answering); or (None, None): no standby ready, run the batch cold."""
+        reason = self._stale() if self._conn is not None else ""
+        if reason:
+            self.recycle(reason)  # never a batch to a run near its job timeout, or built from old files
+        self.launch()
+        if not self._wait_ready(self.ready_timeout, stop):
+            return None, None
+        runner, conn = self._pending, self._conn
+        try:
+            conn.sendall(json.dumps({"objects": objects, "answer": True}).encode() + b"\n")
+            answer, report = self._answer(runner, conn, cancel)
+        except (OSError, ValueError) as error:  # it went away, or answered what is not a result
+            self._log("standby_failed", error=str(error), pid=runner.pid)
+            answer, report = None, None
+        if answer is not None:
+            return answer, None
+        # Ended (or cancelled) without an answer: its report says why, and the next standby starts.
+        self._pending, self._conn = None, None
+        self._on_ready(-1)
+        conn.close()
+        if report is None:
+            if cancel is not None and cancel.is_set():
+                runner.cancel()
+            report = runner.wait()
+        self.launch()
+        return None, report
+
+    def _answer(self, runner: Runner, conn: socket.socket, cancel) -> tuple[dict | None, RunReport | None]:
+        """The serving standby's answer to the batch just sent, or (None, its run's report) if it ends first; (None,
+        None) when the socket closes or `cancel` is set."""
+        conn.settimeout(0.1)
+        while b"\n" not in self._received:
+            if cancel is not None and cancel.is_set():
+                return None, None
+            try:
+                chunk = conn.recv(1 << 20)
+            except TimeoutError:
+                report = runner.wait(timeout=0)
+                if report is not None:
+                    return None, report
+                continue
+            if not chunk:
+                return None, None
+            self._received += chunk
+        line, self._received = self._received.split(b"\n", 1)
+        return json.loads(line)["result"], None
 
     def free_runner(self) -> Runner:
         """A runner for a cold run (not the one holding the standby); waits for a recycled run's end if need be."""
@@ -132,7 +189,8 @@ class Standby:
             return
         self._token = uuid.uuid4().hex
         runner.submit(
-            self.playbook, {**self.extravars, STANDBY_VAR: {"socket": str(self.socket_path), "token": self._token}}
+            self.playbook,
+            {**self.extravars, self.standby_var: {"socket": str(self.socket_path), "token": self._token}},
         )
         self._pending, self._started_at = runner, self._clock()
 
@@ -181,7 +239,7 @@ class Standby:
                 continue
             worker = self._greeting(conn)
             if worker:
-                self._conn = conn
+                self._conn, self._received = conn, b""
                 self._failures = 0
                 self._on_ready(+1)
                 seconds = round(self._clock() - self._started_at, 3)

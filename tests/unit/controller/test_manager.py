@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from metalclaim.controller import __main__ as cli
-from metalclaim.controller.dispatch import remote_slot_wanted, run_of
+from metalclaim.controller.dispatch import remote_slot_wanted, run_of, standby_group
 from metalclaim.controller.groups import GROUPS
 from metalclaim.controller.manager import Controller, Settings
 
@@ -17,7 +17,8 @@ def test_a_provision_batch_names_its_hosts_and_passes_only_the_options_set():
     assert playbook.endswith("provision.yml")
     # Unset options leave the role's defaults (one source for each default).
     assert extravars == {
-        "provisioner_hosts": [{"namespace": "infra", "name": "h1"}, {"namespace": "infra", "name": "h2"}]
+        "provisioner_hosts": [{"namespace": "infra", "name": "h1"}, {"namespace": "infra", "name": "h2"}],
+        "provisioner_in_process": True,  # the controller's runs step the hosts in ansible-playbook's process
     }
     settings = Settings(
         provision_max_concurrent=3, deploy_iso_url="http://127.0.0.1:1/deploy.iso", provision_callback_timeout=90
@@ -149,6 +150,29 @@ def test_a_bad_allowed_namespace_pattern_is_a_flag_error(capsys):
 )
 def test_remote_claims_get_a_slot_of_their_own_only_beside_other_work(sides, kinds, wanted):
     assert remote_slot_wanted(Settings(kinds=kinds, controllers=sides)) is wanted
+
+
+@pytest.mark.parametrize(
+    ("sides", "standby", "group"),
+    [
+        (("claims",), True, "claim"),
+        (("claims", "provisioner"), True, "claim"),  # one standby per slot: the runs a tenant waits on
+        (("provisioner",), True, "host"),  # a provisioner alone, as deployed
+        (("tenants",), True, None),
+        (("claims",), False, None),
+        (("provisioner",), False, None),
+    ],
+)
+def test_the_standby_serves_the_claim_side_else_a_provisioner_alone(sides, standby, group):
+    assert standby_group(Settings(controllers=sides, standby=standby)) == group
+
+
+def test_a_provisioner_standby_starts_with_the_provision_options_and_waits_for_its_hosts():
+    settings = Settings(controllers=("provisioner",), standby=True, provision_max_concurrent=100)
+    entry = GROUPS[standby_group(settings)]
+    assert entry.playbook_path().endswith("provision.yml")
+    assert entry.standby_var == "provisioner_standby"
+    assert entry.run_options(settings) == {"provisioner_max_concurrent": 100, "provisioner_in_process": True}
 
 
 def test_a_baremetal_batch_never_waits_behind_a_remote_one():

@@ -11,7 +11,9 @@ import pytest
 
 from metalclaim.controller.__main__ import main as controller_main
 from metalclaim.controller.runs import RunReport
-from metalclaim.controller.standby import STANDBY_VAR, Standby
+from metalclaim.controller.standby import Standby
+
+STANDBY_VAR = "claims_standby"
 
 
 class FakeRunner:
@@ -96,6 +98,7 @@ def slot(tmp_path, logs, runners, **options) -> Standby:
         runners,
         tmp_path / "slot.sock",
         "reconcile.yml",
+        standby_var=STANDBY_VAR,
         log=lambda event, **fields: logs.append((event, fields)),
         **options,
     )
@@ -107,7 +110,7 @@ def test_a_batch_goes_to_the_ready_standby_and_the_other_runner_starts_the_next(
     claims = [{"namespace": "t", "name": "c1"}]
     assert standby.hand_over(claims) is a
     assert a.wait().status == "successful"
-    assert a.received == [{"claims": claims}]
+    assert a.received == [{"objects": claims}]
     assert b.busy and STANDBY_VAR in b.submitted[0], "the next standby started at the hand-over"
     assert [e for e, _f in logs] == ["standby_ready"]
     assert logs[0][1]["worker_pid"] == 1001
@@ -201,3 +204,78 @@ def test_standby_flags_out_of_range_are_refused_before_anything_starts(argv, cap
     with pytest.raises(SystemExit):
         controller_main(argv)
     assert "--standby" in capsys.readouterr().err
+
+
+class ServingRunner(FakeRunner):
+    """A run acting as provision.yml's standby task: it answers each batch sent with "answer" and waits for the next,
+    until recycled; with `dies_at` it ends without answering that batch (a crash), its run failed."""
+
+    def __init__(self, pid: int, *, dies_at: int | None = None):
+        super().__init__(pid)
+        self.dies_at = dies_at
+        self.died = False
+
+    def _run(self, standby: dict | None) -> None:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.connect(standby["socket"])
+                conn.sendall(json.dumps({"ready": standby["token"], "pid": self.pid + 1000}).encode() + b"\n")
+                lines = conn.makefile()
+                while line := lines.readline():
+                    message = json.loads(line)
+                    self.received.append(message)
+                    if "objects" not in message or not message.get("answer"):
+                        break
+                    if len(self.received) == self.dies_at:
+                        self.died = True
+                        break
+                    conn.sendall(json.dumps({"result": {"stepped": message["objects"]}}).encode() + b"\n")
+        except OSError:
+            pass
+        self._done.set()
+
+    def wait(self, cancel=None, timeout=None):
+        report = super().wait(cancel, timeout)
+        if report is not None and self.died:
+            return RunReport("failed", 2, 0.0, failures=[{"task": "t", "msg": "crashed"}])
+        return report
+
+
+def test_a_serving_standby_answers_batch_after_batch_in_one_run(tmp_path, logs):
+    a, b = ServingRunner(1), ServingRunner(2)
+    standby = slot(tmp_path, logs, [a, b])
+    first, second = [{"namespace": "i", "name": "h1"}], [{"namespace": "i", "name": "h2"}]
+    assert standby.serve(first) == ({"stepped": first}, None)
+    assert standby.serve(second) == ({"stepped": second}, None)
+    assert a.received == [{"objects": first, "answer": True}, {"objects": second, "answer": True}]
+    assert len(a.submitted) == 1 and not b.submitted, "one run served both; the other runner stays free for cold runs"
+    assert standby.free_runner() is b
+    standby.close()
+    assert a.wait(timeout=5) is not None
+    assert a.received[-1] == {"recycle": "the controller is stopping"}
+
+
+def test_a_serving_standby_past_its_max_age_is_recycled_before_the_next_batch(tmp_path, logs):
+    clock = Clock()
+    a, b = ServingRunner(1), ServingRunner(2)
+    standby = slot(tmp_path, logs, [a, b], clock=clock, max_age=60)
+    hosts = [{"namespace": "i", "name": "h1"}]
+    assert standby.serve(hosts)[0] == {"stepped": hosts}
+    clock.now += 61  # no batch goes to a run this old: it could outlive the runner's job timeout
+    assert standby.serve(hosts)[0] == {"stepped": hosts}
+    assert until(lambda: {"recycle": "max-age"} in a.received), a.received
+    assert len(a.submitted) + len(b.submitted) == 2, "a second run served the batch"
+    assert [e for e, _f in logs] == ["standby_ready", "standby_recycled", "standby_ready"]
+    standby.close()
+
+
+def test_a_serving_standby_that_ends_without_answering_gives_its_report_and_the_next_starts(tmp_path, logs):
+    a, b = ServingRunner(1, dies_at=2), ServingRunner(2)
+    standby = slot(tmp_path, logs, [a, b])
+    hosts = [{"namespace": "i", "name": "h1"}]
+    assert standby.serve(hosts)[0] == {"stepped": hosts}
+    result, report = standby.serve(hosts)
+    assert result is None and report.status == "failed", "its keys are retried from the run's failure"
+    assert until(lambda: a.busy or b.busy), "the next standby started"
+    assert standby.serve(hosts) == ({"stepped": hosts}, None)
+    standby.close()
