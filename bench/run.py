@@ -103,6 +103,8 @@ TARGETS = {
     ("storm", "double bindings"): ("<=", 0, ""),
     ("resync", "create->Associated during resync p50"): ("<=", 1.1, "F"),
     ("resync", "create->Associated during resync p99"): ("<=", 2.0, "F"),
+    ("resync", "standby create->Associated during resync p50"): ("<=", 1.1, "F"),
+    ("resync", "standby create->Associated during resync p99"): ("<=", 2.0, "F"),
     ("baseline", "ours/B throughput"): (">=", 50.0, "x"),
     ("provision", "idle create->Provisioned minus power delay p50"): ("<=", 2.0, "s"),
     ("provision", "wave: minus each host's power delay (max)"): ("<=", 15.0, "s"),
@@ -438,8 +440,8 @@ class Bench:
 
     def scenario_storm(self, out: dict, stack: contextlib.ExitStack) -> None:
         self._floor_needed()
-        n, spare = self.args.storm_claims, self.args.resync_probes
-        self.progress.note(f"storm: {n + spare} available hosts ({spare} spare for the resync probes)")
+        n, spare = self.args.storm_claims, 2 * self.args.resync_probes
+        self.progress.note(f"storm: {n + spare} available hosts ({spare} spare for the resync's two probe series)")
         rack = rack_of(
             self.admin, n + spare, self.args.storm_namespaces, prefix="bench-storm", threads=self.args.threads
         )
@@ -782,54 +784,76 @@ class Bench:
         if rack is None:
             n = self.args.storm_claims
             self.progress.note(f"resync: no storm to reuse; {n} claims bound first")
-            rack = rack_of(self.admin, n + self.args.resync_probes, 1, prefix="bench-resync", threads=self.args.threads)
+            probes = 2 * self.args.resync_probes  # a series with cold runs, one with standby runs
+            rack = rack_of(self.admin, n + probes, 1, prefix="bench-resync", threads=self.args.threads)
             stack.callback(rack.teardown)
             keys = [(rack.tenants[0], f"s{index:04d}") for index in range(n)]
             self.create_claims([rack.claim_body(*key) for key in keys])
         else:
             self.storm_rack = None
             stack.callback(self.later.close)  # the storm's rack goes with this scenario
+        out["bound_claims"] = len(keys)
+        out["resync_period"] = self.args.resync_period
+        # Cold runs, then standby runs as config/manager deploys the claim side: the same claims, fresh probes.
+        for standby in (False, True):
+            series = self._resync_probes(rack, keys, standby)
+            prefix = "standby " if standby else ""
+            if standby:
+                out["standby"] = series
+            else:
+                out.update(series)
+            resyncs = series["resyncs_during_probes"]
+            note = f"{len(series['samples'])} probes, {resyncs:.0f} resyncs of {len(keys)} claims"
+            label = f"{prefix}create->Associated during resync"
+            self.rows_for("resync", label, series["latency"], self.args.resync_probes, note=note)
+            runs = zip(series["run_seconds"], series["batch_sizes"], strict=True)
+            full = [seconds for seconds, count in runs if count > 1]
+            if full:
+                self.row(
+                    "resync",
+                    f"{prefix}longest resync run",
+                    max(full),
+                    note=f"{len(full)} resync runs of {_short([c for c in series['batch_sizes'] if c > 1])} keys",
+                )
+        out.update(common.double_bindings(self.admin, rack.namespace))
+
+    def _resync_probes(self, rack, keys: list, standby: bool) -> dict:
+        """A claims controller resyncing every --resync-period, the probes created one at a time after its first
+        resync: how long a live claim waits behind them."""
         period = self.args.resync_period
-        controller = self.controller("claims", [rack.namespace], "resync", "--resync-period", str(period), mode="batch")
-        stack.callback(controller.stop)
-        started = time.monotonic()
-        if not self.wait_all("Association", keys, f"resync: {len(keys)} claims bound", 120 + 0.5 * len(keys)):
-            raise RuntimeError("the claims to resync did not all bind")
-        self.progress.note(f"resync: waiting for the first periodic resync (--resync-period {period:g} s)")
-        resyncs = controller.metric("metalclaim_resyncs_total")
-        deadline = started + 3 * period + 60
-        while controller.metric("metalclaim_resyncs_total") <= resyncs and time.monotonic() < deadline:
-            time.sleep(0.1)
-        resync_at = time.monotonic()
-        events_before = len(controller.run_events())
-        bodies = [rack.claim_body(rack.tenants[0], f"r{index:03d}") for index in range(self.args.resync_probes)]
-        latencies = self.one_at_a_time("resync: probes create -> Associated", controller, bodies, "Association", 0.0)
-        runs = [e for e in controller.run_events()[events_before:] if e.get("playbook") == "reconcile"]
-        # The resync's runs: those of more keys than a probe's (--resync-batch-max-size cuts them, 100 by default).
-        full = [e for e in runs if (e.get("count") or 0) > 1]
-        out.update(
-            {
-                "bound_claims": len(keys),
-                "resync_period": period,
+        name = "resync-standby" if standby else "resync"
+        controller = self.controller(
+            "claims", [rack.namespace], name, "--resync-period", str(period), mode="batch", standby=standby
+        )
+        try:
+            started = time.monotonic()
+            if not self.wait_all("Association", keys, f"{name}: {len(keys)} claims bound", 120 + 0.5 * len(keys)):
+                raise RuntimeError("the claims to resync did not all bind")
+            self.progress.note(f"{name}: waiting for the first periodic resync (--resync-period {period:g} s)")
+            resyncs = controller.metric("metalclaim_resyncs_total")
+            deadline = started + 3 * period + 60
+            while controller.metric("metalclaim_resyncs_total") <= resyncs and time.monotonic() < deadline:
+                time.sleep(0.1)
+            resync_at = time.monotonic()
+            events_before = len(controller.run_events())
+            first = "q" if standby else "r"
+            probes = range(self.args.resync_probes)
+            bodies = [rack.claim_body(rack.tenants[0], f"{first}{index:03d}") for index in probes]
+            label = f"{name}: probes create -> Associated"
+            latencies = self.one_at_a_time(label, controller, bodies, "Association", 0.0)
+            runs = [e for e in controller.run_events()[events_before:] if e.get("playbook") == "reconcile"]
+            return {
                 "resyncs_during_probes": controller.metric("metalclaim_resyncs_total") - resyncs,
                 "probes_seconds": time.monotonic() - resync_at,
-                "full_resync_runs": [e.get("seconds") for e in full],
-                "batch_sizes": [e.get("count") for e in runs],
+                # The resync's runs are those of more keys than a probe's (--resync-batch-max-size cuts them).
+                "run_seconds": [e.get("seconds") for e in runs],
+                "batch_sizes": [e.get("count") or 0 for e in runs],
                 "latency": self.in_f(distribution(latencies)),
                 "samples": latencies,
                 "controller_rss_mib": controller.rss_mib()[0],
             }
-        )
-        note = f"{len(latencies)} probes, {out['resyncs_during_probes']:.0f} resyncs of {len(keys)} claims"
-        self.rows_for("resync", "create->Associated during resync", out["latency"], self.args.resync_probes, note=note)
-        if full:
-            self.row(
-                "resync",
-                "longest resync run",
-                max(out["full_resync_runs"]),
-                note=f"{len(full)} resync runs of {_short([e.get('count') for e in full])} keys",
-            )
-        out.update(common.double_bindings(self.admin, rack.namespace))
+        finally:
+            controller.stop()
 
     def scenario_provision(self, out: dict, stack: contextlib.ExitStack) -> None:
         self._provision(out, stack, "provision", self.args.provision_samples, self.args.provision_max_concurrent)
@@ -1629,7 +1653,9 @@ def plot(results: dict, path: Path, floor: float | None) -> None:
     ax = axes[1][2]
     resync = results.get("resync") or {}
     if resync.get("samples"):
-        ax.plot([v / unit for v in resync["samples"]], "o-", label="probe during resyncs")
+        ax.plot([v / unit for v in resync["samples"]], "o-", label="probe during resyncs (cold)")
+    if (resync.get("standby") or {}).get("samples"):
+        ax.plot([v / unit for v in resync["standby"]["samples"]], "o-", label="probe during resyncs (standby)")
     if (idle.get("cold") or {}).get("samples"):
         ax.axhline(idle["cold"]["p99"] / unit, color="grey", ls="--", label="idle cold p99")
     ax.set(title="resync under load: create -> Associated", xlabel="probe", ylabel=xlabel)

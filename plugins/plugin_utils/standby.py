@@ -12,12 +12,11 @@ process, with the module's own code. Given `in_process` (the controller's cold r
 localhost interpreter is ansible-playbook's own), it runs its objects here too, without a
 module process. Without either (the playbook run by hand) the module runs as usual.
 
-The protocol is JSON lines: {"ready": token, "pid": n} from here; then {"objects": [{namespace, name}, ...]} (the
-claims or hosts to step) or {"recycle": reason} (or the socket closed) from the controller. A batch sent with
-"answer": true is answered on the socket ({"result": the step's result}) and the run waits for the next one: a
-standby that serves many batches, holding what it built across them (the provisioner's BMC connections); without
-it, the batch is the run's last and its result the task's. controller/metalclaim/controller/standby.py is the
-other end.
+The protocol is JSON lines: {"ready": token, "pid": n} from here; then, from the controller, a batch
+{"objects": [{namespace, name}, ...]} (the claims or hosts to step), answered here with {"result": the step's
+result}, and the next batch, until {"recycle": reason} (or the socket closed) ends the run, its task skipped. A
+standby run serves many batches, keeping what it built across them (its client; the provisioner's BMC
+connections). controller/metalclaim/controller/standby.py is the other end.
 """
 
 from __future__ import annotations
@@ -106,8 +105,8 @@ class InProcessStep(ActionBase):
         """The run is over: let go of what the steps kept across batches."""
 
     def _serve(self, standby: dict, kube: Kube, params: dict, check_mode: bool, diff: bool) -> dict:
-        """Wait on the controller's socket and step what it sends: the batch it wants answered on the socket, and the
-        one after, until the one it does not (the task's result) or it recycles this standby (skipped)."""
+        """Wait on the controller's socket and step each batch it sends, answering there, until it recycles this
+        standby (the task skipped)."""
         served = 0
         try:
             with ControllerSocket(standby["socket"], standby["token"]) as channel:
@@ -118,9 +117,8 @@ class InProcessStep(ActionBase):
                         message = f"standby recycled{after}: {batch.get('recycle')}"
                         return {"skipped": True, "changed": False, "msg": message}
                     objects = [{"namespace": o["namespace"], "name": o["name"]} for o in batch["objects"]]
+                    kube.reset_counts()
                     outcome = step_result(lambda objects=objects: self.step(kube, objects, params, check_mode, diff))
-                    if not batch.get("answer"):
-                        return outcome
                     channel.answer(outcome)
                     served += 1
         except (OSError, ValueError) as error:
@@ -129,8 +127,7 @@ class InProcessStep(ActionBase):
 
 
 class ControllerSocket:
-    """A standby's connection to the controller's socket: it says ready, then receives batches, and answers those
-    the controller asks it to."""
+    """A standby's connection to the controller's socket: it says ready, then receives batches and answers each."""
 
     def __init__(self, path: str, token: str):
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -161,22 +161,12 @@ class Dispatcher:
         if not self.standbys:
             return self.runners[slot].run(playbook, extravars, self._cancel_run)
         standby = self.standbys[slot]
-        entry = GROUPS[group]
-        if group == self._standby_group and entry.standby_serves:
+        if group == self._standby_group:
             started = time.monotonic()
-            result, report = standby.serve(extravars[entry.objects_var], self.stop, self._cancel_run)
+            result = standby.serve(extravars[GROUPS[group].objects_var], self.stop, self._cancel_run)
             if result is not None:
                 self.metrics.standby_batches.labels("standby").inc()
-                return served_report(entry, result, time.monotonic() - started)
-            if report is not None:  # the standby's run ended on this batch: the keys are retried
-                self.metrics.standby_batches.labels("standby").inc()
-                return report
-            self.metrics.standby_batches.labels("cold").inc()
-        elif group == self._standby_group:
-            runner = standby.hand_over(extravars[entry.objects_var], self.stop)
-            if runner is not None:
-                self.metrics.standby_batches.labels("standby").inc()
-                return runner.wait(self._cancel_run)
+                return served_report(GROUPS[group], result, time.monotonic() - started)
             self.metrics.standby_batches.labels("cold").inc()
         return standby.free_runner().run(playbook, extravars, self._cancel_run)
 
@@ -218,7 +208,7 @@ class Dispatcher:
                     self._standby_dir / f"slot-{slot}.sock",
                     entry.playbook_path(),
                     standby_var=entry.standby_var,
-                    extravars=entry.run_options(settings),  # its objects come through the socket at the hand-over
+                    extravars=entry.run_options(settings),  # its objects come through the socket
                     max_age=settings.standby_max_age,
                     fingerprint=collection.fingerprint,
                     log=lambda event, slot=slot, **fields: self._log(event, slot=slot, **fields),

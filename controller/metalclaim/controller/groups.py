@@ -28,9 +28,6 @@ class Group:
     role_prefix: str = ""
     in_process: bool = False
     standby: bool = False
-    # Its standby run serves many batches (standby.py: serve()) and keeps what it built across them: the provisioner's
-    # BMC connections. Else a batch is one whole run, with its own events and artifacts.
-    standby_serves: bool = False
     options: Callable[[object], dict] = field(default=lambda settings: {})
 
     @property
@@ -110,7 +107,6 @@ GROUPS = {
         role_prefix="provisioner",
         in_process=True,
         standby=True,
-        standby_serves=True,
         options=_provision_options,
     ),
 }

@@ -1,24 +1,24 @@
-"""Standby runs: the next run is started before its batch exists (--standby).
+"""Standby runs: a run started before its batches exist, serving one batch after another (--standby).
 
 A cold run pays its start-up (interpreter, Ansible, playbook, module process, the `kubernetes`
-import: about twice the floor F) before its first API request. A standby run pays it ahead: the
+import: about twice the floor F) before its first API request. A standby run pays it ahead, once: the
 slot's standby playbook (reconcile.yml on the claim side, provision.yml on a provisioner alone;
 dispatch.py chooses) has its first task's action plugin (hostclaim_reconcile's, bmh_redfish's) build
-its client, then connect to this slot's Unix socket, say it is ready and wait. A batch (its claims
-or hosts) is handed over on that connection; the run steps it, ends as any run does (its own events
-and artifacts) and its report settles the batch's keys. At the hand-over the slot's other runner starts the next
-standby. A slot has two runners, so one can wait while the other finishes.
+its client, then connect to this slot's Unix socket, say it is ready and wait. Each batch (its claims
+or hosts) is sent on that connection; the run steps it, answers with the step's result (which settles
+the batch's keys) and waits for the next. So a batch right after another waits for no start, and the run
+keeps what it built across batches (its client; the provisioner's BMC connections).
+
+A standby run ends when it is recycled (sent {"recycle": reason}; its task is skipped): when idle
+after `max_age` seconds, or before a batch once it is that old (kept below the runner's job timeout,
+so no batch outlives a run), and when the collection's files change (an upgrade). Its events and
+artifacts are then one run's. A slot has two runners: the next standby starts on one while the other's
+run ends.
 
 When no standby is ready (none started yet, its start failed, its runner died), a batch waits for
-the one starting, up to `ready_timeout`, then goes the cold way on the free runner: a failing
-standby never holds a batch back for long, and standbys are restarted with backoff.
-
-A standby may also serve many batches (serve(), for the provisioner: its BMC connections are kept from one batch
-to the next, and a host's next step waits for no run's start): each batch is sent with "answer", its result comes
-back on the connection, and the run waits for the next batch until it is recycled. Its run ends only then, and
-before the runner's job timeout: no batch is sent to a standby older than `max_age`. An idle
-standby is recycled (sent {"recycle": reason}; its run ends, skipped) after `max_age` seconds,
-kept below the runner's job timeout, and when the collection's files change (an upgrade).
+the one starting, up to `ready_timeout`, then goes the cold way on the free runner, as does a batch
+whose standby ends without answering (steps are idempotent): a failing standby never holds a batch
+back for long, and standbys are restarted with backoff.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
-from .runs import Runner, RunReport
+from .runs import Runner
 
 
 class Standby:
@@ -86,74 +86,51 @@ class Standby:
 
     # -- the dispatcher's calls ------------------------------------------------------------------
 
-    def hand_over(self, objects: list[dict], stop=None) -> Runner | None:
-        """Give the batch to the ready standby (waiting for the one starting, up to ready_timeout) and start the
-        next; the runner whose report settles the batch, or None: run it cold."""
-        self.launch()
-        if not self._wait_ready(self.ready_timeout, stop):
-            return None
-        runner, conn = self._pending, self._conn
-        self._pending, self._conn = None, None
-        self._on_ready(-1)
-        try:
-            conn.sendall(json.dumps({"objects": objects}).encode() + b"\n")
-        except OSError as error:  # the standby went away after it said ready: its run reports why
-            self._log("standby_failed", error=str(error), pid=runner.pid)
-            self._settle(runner)
-            return None
-        finally:
-            conn.close()
-        self.launch()
-        return runner
-
-    def serve(self, objects: list[dict], stop=None, cancel=None) -> tuple[dict | None, RunReport | None]:
-        """Have the ready standby step the batch and answer, then wait for the next: (its result, None); or (None, the
-        report of its run, ended without answering); or (None, None): no standby ready, run the batch cold."""
+    def serve(self, objects: list[dict], stop=None, cancel=None) -> dict | None:
+        """Have the ready standby step the batch and answer, then wait for the next: its result; or None, run the
+        batch cold (no standby ready, or it ended without answering: its steps are idempotent, as a cold run's)."""
         reason = self._stale() if self._conn is not None else ""
         if reason:
             self.recycle(reason)  # never a batch to a run near its job timeout, or built from old files
         self.launch()
         if not self._wait_ready(self.ready_timeout, stop):
-            return None, None
+            return None
         runner, conn = self._pending, self._conn
         try:
-            conn.sendall(json.dumps({"objects": objects, "answer": True}).encode() + b"\n")
-            answer, report = self._answer(runner, conn, cancel)
+            conn.sendall(json.dumps({"objects": objects}).encode() + b"\n")
+            answer, why = self._answer(runner, conn, cancel)
         except (OSError, ValueError) as error:  # it went away, or answered what is not a result
-            self._log("standby_failed", error=str(error), pid=runner.pid)
-            answer, report = None, None
+            answer, why = None, str(error)
         if answer is not None:
-            return answer, None
-        # Ended (or cancelled) without an answer: its report says why, and the next standby starts.
+            return answer
         self._pending, self._conn = None, None
         self._on_ready(-1)
         conn.close()
-        if report is None:
-            if cancel is not None and cancel.is_set():
-                runner.cancel()
-            report = runner.wait()
-        self.launch()
-        return None, report
+        if cancel is not None and cancel.is_set():
+            runner.cancel()
+        self._log("standby_failed", error=why, pid=runner.pid)
+        self._settle(runner)
+        return None
 
-    def _answer(self, runner: Runner, conn: socket.socket, cancel) -> tuple[dict | None, RunReport | None]:
-        """The serving standby's answer to the batch just sent, or (None, its run's report) if it ends first; (None,
-        None) when the socket closes or `cancel` is set."""
+    def _answer(self, runner: Runner, conn: socket.socket, cancel) -> tuple[dict | None, str]:
+        """The serving standby's answer to the batch just sent; else (None, why there is none)."""
         conn.settimeout(0.1)
         while b"\n" not in self._received:
             if cancel is not None and cancel.is_set():
-                return None, None
+                return None, "cancelled"
             try:
                 chunk = conn.recv(1 << 20)
             except TimeoutError:
                 report = runner.wait(timeout=0)
                 if report is not None:
-                    return None, report
+                    failures = "; ".join(f"{f['task']}: {f['msg']}" for f in report.failures[:3])
+                    return None, f"its run ended ({report.status}) without answering: {failures}"
                 continue
             if not chunk:
-                return None, None
+                return None, "it closed the socket without answering"
             self._received += chunk
         line, self._received = self._received.split(b"\n", 1)
-        return json.loads(line)["result"], None
+        return json.loads(line)["result"], ""
 
     def free_runner(self) -> Runner:
         """A runner for a cold run (not the one holding the standby); waits for a recycled run's end if need be."""

@@ -1,4 +1,5 @@
-"""Standby slots: hand-over, fallback, recycling, with runners whose 'runs' are threads speaking the socket protocol."""
+"""Standby slots: batches served one after another, fallback, recycling, with runners whose "runs" are threads speaking
+the socket protocol."""
 
 from __future__ import annotations
 
@@ -17,10 +18,15 @@ STANDBY_VAR = "claims_standby"
 
 
 class FakeRunner:
-    """A run is a thread acting as reconcile.yml's standby task: connect, greet, read one message, end."""
+    """A run is a thread acting as a standby task: connect, greet, answer each batch until recycled (or the socket
+    closes); with `dies_at` it ends without answering that message (a crash), its run failed."""
 
-    def __init__(self, pid: int, *, fails_at_start: bool = False, greeting_token: str | None = None):
+    def __init__(
+        self, pid: int, *, fails_at_start: bool = False, greeting_token: str | None = None, dies_at: int | None = None
+    ):
         self.pid = pid
+        self.dies_at = dies_at
+        self.died = False
         self.job_timeout = 1800
         self.fails_at_start = fails_at_start
         self.greeting_token = greeting_token
@@ -50,9 +56,16 @@ class FakeRunner:
                 conn.connect(standby["socket"])
                 token = standby["token"] if self.greeting_token is None else self.greeting_token
                 conn.sendall(json.dumps({"ready": token, "pid": self.pid + 1000}).encode() + b"\n")
-                data = conn.makefile().readline()
-                if data:
-                    self.received.append(json.loads(data))
+                lines = conn.makefile()
+                while line := lines.readline():
+                    message = json.loads(line)
+                    self.received.append(message)
+                    if "objects" not in message:
+                        break
+                    if len(self.received) == self.dies_at:
+                        self.died = True
+                        break
+                    conn.sendall(json.dumps({"result": {"stepped": message["objects"]}}).encode() + b"\n")
         except OSError:  # the slot closed before this run got there or was answered (the real task fails so)
             pass
         self._done.set()
@@ -62,6 +75,8 @@ class FakeRunner:
             return None
         self._thread.join()
         self._thread = None
+        if self.died:
+            return RunReport("failed", 2, 0.0, failures=[{"task": "t", "msg": "crashed"}])
         return RunReport("failed" if self.fails_at_start else "successful", 0, 0.0)
 
     def run(self, playbook, extravars, cancel=None):
@@ -104,25 +119,11 @@ def slot(tmp_path, logs, runners, **options) -> Standby:
     )
 
 
-def test_a_batch_goes_to_the_ready_standby_and_the_other_runner_starts_the_next(tmp_path, logs):
-    a, b = FakeRunner(1), FakeRunner(2)
-    standby = slot(tmp_path, logs, [a, b])
-    claims = [{"namespace": "t", "name": "c1"}]
-    assert standby.hand_over(claims) is a
-    assert a.wait().status == "successful"
-    assert a.received == [{"objects": claims}]
-    assert b.busy and STANDBY_VAR in b.submitted[0], "the next standby started at the hand-over"
-    assert [e for e, _f in logs] == ["standby_ready"]
-    assert logs[0][1]["worker_pid"] == 1001
-    assert standby.hand_over(claims) is b
-    standby.close()
-
-
 def test_a_standby_whose_start_fails_leaves_the_batch_cold_and_backs_off(tmp_path, logs):
     clock = Clock()
     a, b = FakeRunner(1, fails_at_start=True), FakeRunner(2, fails_at_start=True)
     standby = slot(tmp_path, logs, [a, b], clock=clock)
-    assert standby.hand_over([{"namespace": "t", "name": "c1"}]) is None
+    assert standby.serve([{"namespace": "t", "name": "c1"}]) is None
     assert [e for e, _f in logs] == ["standby_failed"]
     cold = standby.free_runner()
     assert cold.run("reconcile.yml", {"claims_list": []}).status == "failed"
@@ -167,7 +168,7 @@ def test_a_collection_change_recycles_the_standby(tmp_path, logs):
 def test_a_greeting_with_another_token_is_not_taken_for_the_standby(tmp_path, logs):
     a, b = FakeRunner(1, greeting_token="stale"), FakeRunner(2)
     standby = slot(tmp_path, logs, [a, b], ready_timeout=0.5)
-    assert standby.hand_over([{"namespace": "t", "name": "c1"}]) is None
+    assert standby.serve([{"namespace": "t", "name": "c1"}]) is None
     assert a.received == [], "the stale connection was closed without a batch"
     standby.close()
 
@@ -178,21 +179,19 @@ def test_max_age_must_stay_below_the_job_timeout(tmp_path, logs):
 
 
 def test_a_recycled_runner_serves_again_without_an_idle_pass(tmp_path, logs):
-    """Under steady load maintain() never runs: the hand-over itself must reuse the runner a recycle freed."""
+    """Under steady load maintain() never runs: serve() itself starts the next standby on the runner a recycle
+    freed, once its run's end is seen."""
     clock = Clock()
     a, b = FakeRunner(1), FakeRunner(2)
     standby = slot(tmp_path, logs, [a, b], clock=clock, max_age=60)
-    standby.launch()
-    while not any(e == "standby_ready" for e, _f in logs):
-        standby.maintain()
+    hosts = [{"namespace": "t", "name": "c1"}]
+    assert standby.serve(hosts) == {"stepped": hosts}
     clock.now += 61
-    standby.maintain()  # a recycled; the next standby on b (or on a, if its end was seen at once)
-    until(lambda: a._done.is_set() or a.received)
-    handed = standby.hand_over([{"namespace": "t", "name": "c1"}])
-    assert handed is not None
-    # Started: the first standby, its successor, and the one the hand-over starts on the runner the recycle freed.
-    assert len(a.submitted) + len(b.submitted) == 3, "the recycled runner's end was noticed at the hand-over"
-    handed.wait()
+    assert standby.serve(hosts) == {"stepped": hosts}  # a recycled before the batch; b's run served it
+    assert until(lambda: {"recycle": "max-age"} in a.received)
+    clock.now += 61
+    assert standby.serve(hosts) == {"stepped": hosts}, "served again: on the runner the first recycle freed"
+    assert len(a.submitted) + len(b.submitted) == 3
     standby.close()
 
 
@@ -206,48 +205,13 @@ def test_standby_flags_out_of_range_are_refused_before_anything_starts(argv, cap
     assert "--standby" in capsys.readouterr().err
 
 
-class ServingRunner(FakeRunner):
-    """A run acting as provision.yml's standby task: it answers each batch sent with "answer" and waits for the next,
-    until recycled; with `dies_at` it ends without answering that batch (a crash), its run failed."""
-
-    def __init__(self, pid: int, *, dies_at: int | None = None):
-        super().__init__(pid)
-        self.dies_at = dies_at
-        self.died = False
-
-    def _run(self, standby: dict | None) -> None:
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                conn.connect(standby["socket"])
-                conn.sendall(json.dumps({"ready": standby["token"], "pid": self.pid + 1000}).encode() + b"\n")
-                lines = conn.makefile()
-                while line := lines.readline():
-                    message = json.loads(line)
-                    self.received.append(message)
-                    if "objects" not in message or not message.get("answer"):
-                        break
-                    if len(self.received) == self.dies_at:
-                        self.died = True
-                        break
-                    conn.sendall(json.dumps({"result": {"stepped": message["objects"]}}).encode() + b"\n")
-        except OSError:
-            pass
-        self._done.set()
-
-    def wait(self, cancel=None, timeout=None):
-        report = super().wait(cancel, timeout)
-        if report is not None and self.died:
-            return RunReport("failed", 2, 0.0, failures=[{"task": "t", "msg": "crashed"}])
-        return report
-
-
-def test_a_serving_standby_answers_batch_after_batch_in_one_run(tmp_path, logs):
-    a, b = ServingRunner(1), ServingRunner(2)
+def test_a_standby_answers_batch_after_batch_in_one_run(tmp_path, logs):
+    a, b = FakeRunner(1), FakeRunner(2)
     standby = slot(tmp_path, logs, [a, b])
     first, second = [{"namespace": "i", "name": "h1"}], [{"namespace": "i", "name": "h2"}]
-    assert standby.serve(first) == ({"stepped": first}, None)
-    assert standby.serve(second) == ({"stepped": second}, None)
-    assert a.received == [{"objects": first, "answer": True}, {"objects": second, "answer": True}]
+    assert standby.serve(first) == {"stepped": first}
+    assert standby.serve(second) == {"stepped": second}
+    assert a.received == [{"objects": first}, {"objects": second}]
     assert len(a.submitted) == 1 and not b.submitted, "one run served both; the other runner stays free for cold runs"
     assert standby.free_runner() is b
     standby.close()
@@ -255,27 +219,29 @@ def test_a_serving_standby_answers_batch_after_batch_in_one_run(tmp_path, logs):
     assert a.received[-1] == {"recycle": "the controller is stopping"}
 
 
-def test_a_serving_standby_past_its_max_age_is_recycled_before_the_next_batch(tmp_path, logs):
+def test_a_standby_past_its_max_age_is_recycled_before_the_next_batch(tmp_path, logs):
     clock = Clock()
-    a, b = ServingRunner(1), ServingRunner(2)
+    a, b = FakeRunner(1), FakeRunner(2)
     standby = slot(tmp_path, logs, [a, b], clock=clock, max_age=60)
     hosts = [{"namespace": "i", "name": "h1"}]
-    assert standby.serve(hosts)[0] == {"stepped": hosts}
+    assert standby.serve(hosts) == {"stepped": hosts}
     clock.now += 61  # no batch goes to a run this old: it could outlive the runner's job timeout
-    assert standby.serve(hosts)[0] == {"stepped": hosts}
+    assert standby.serve(hosts) == {"stepped": hosts}
     assert until(lambda: {"recycle": "max-age"} in a.received), a.received
     assert len(a.submitted) + len(b.submitted) == 2, "a second run served the batch"
     assert [e for e, _f in logs] == ["standby_ready", "standby_recycled", "standby_ready"]
     standby.close()
 
 
-def test_a_serving_standby_that_ends_without_answering_gives_its_report_and_the_next_starts(tmp_path, logs):
-    a, b = ServingRunner(1, dies_at=2), ServingRunner(2)
+def test_a_standby_that_ends_without_answering_leaves_the_batch_cold_and_the_next_serves(tmp_path, logs):
+    a, b = FakeRunner(1, dies_at=2), FakeRunner(2)
     standby = slot(tmp_path, logs, [a, b])
     hosts = [{"namespace": "i", "name": "h1"}]
-    assert standby.serve(hosts)[0] == {"stepped": hosts}
-    result, report = standby.serve(hosts)
-    assert result is None and report.status == "failed", "its keys are retried from the run's failure"
-    assert until(lambda: a.busy or b.busy), "the next standby started"
-    assert standby.serve(hosts) == ({"stepped": hosts}, None)
+    assert standby.serve(hosts) == {"stepped": hosts}
+    assert standby.serve(hosts) is None, "no answer: the batch runs cold (its steps are idempotent)"
+    assert [e for e, _f in logs] == ["standby_ready", "standby_failed"]
+    assert "without answering" in logs[-1][1]["error"]
+    assert not a.busy, "the ended run was waited for: its runner takes the cold run"
+    assert standby.free_runner() in (a, b)
+    assert standby.serve(hosts) == {"stepped": hosts}, "the next standby serves"
     standby.close()

@@ -339,6 +339,12 @@ class Kube:
             self.calls[verb] += 1
             self.requests[(verb, kind, namespace)] += 1
 
+    def reset_counts(self) -> None:
+        """Count afresh: a standby run serving many batches reports each batch's requests, not the run's."""
+        with self._resources_lock:
+            self.calls.clear()
+            self.requests.clear()
+
     def writes(self) -> int:
         """Requests sent that change something."""
         return sum(n for verb, n in self.calls.items() if verb not in ("list", "get"))
