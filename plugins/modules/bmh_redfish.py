@@ -55,6 +55,7 @@ author:
   - metalclaim maintainers (@metalclaim)
 extends_documentation_fragment:
   - metalclaim.hostclaim.k8s_auth
+  - metalclaim.hostclaim.standby
 options:
   hosts:
     description: The hosts to advance; all hosts this provisioner owns when omitted.
@@ -165,31 +166,6 @@ options:
         the provisioning slots of O(max_concurrent) are still handed out one host at a time, in name order.
     type: int
     default: 8
-  in_process:
-    description:
-      - Set by the controller, not by hand. The task's action plugin steps O(hosts) in the playbook's own
-        process, with the same code as this module, instead of starting a module process. Only right where
-        localhost's Python is ansible-playbook's own (the controller's runs); the module itself ignores it.
-    type: bool
-    default: false
-  standby:
-    description:
-      - Set by the controller (C(--standby)), not by hand. The task's action plugin builds the Kubernetes client
-        first, then connects to O(standby.socket), says it is ready, and waits there for the batch of hosts to
-        step, which it then steps in its own process with the same code as this module (O(hosts) is ignored).
-        The task's result is this module's. When the controller closes the socket instead (an idle standby
-        recycled), the task is skipped.
-      - Without it (running C(playbooks/provision.yml) by hand), the module runs as usual.
-    type: dict
-    suboptions:
-      socket:
-        description: The controller's Unix socket, in a directory only the controller's user can enter.
-        type: path
-        required: true
-      token:
-        description: Which standby run this is, so the controller knows it from a stale one.
-        type: str
-        required: true
 requirements:
   - sushy >= 5
   - pycdlib (for disk images and cleaning, when O(deploy_iso_url) is set)

@@ -37,35 +37,10 @@ description:
   - This is what C(playbooks/reconcile.yml) runs; the step modules remain for running one step alone.
 author:
   - metalclaim maintainers (@metalclaim)
-options:
-  in_process:
-    description:
-      - Set by the controller, not by hand. The task's action plugin reconciles O(claims) in the playbook's own
-        process, with the same code as this module, instead of starting a module process. Only right where
-        localhost's Python is ansible-playbook's own (the controller's runs); the module itself ignores it.
-    type: bool
-    default: false
-  standby:
-    description:
-      - Set by the controller (C(--standby)), not by hand. The task's action plugin builds the Kubernetes client
-        first, then connects to O(standby.socket), says it is ready, and waits there for the batch of claims to
-        reconcile, which it then reconciles in its own process with the same code as this module (O(claims) is
-        ignored). The task's result is this module's. When the controller closes the socket instead (an idle
-        standby recycled), the task is skipped.
-      - Without it (running C(playbooks/reconcile.yml) by hand), the module runs as usual.
-    type: dict
-    suboptions:
-      socket:
-        description: The controller's Unix socket, in a directory only the controller's user can enter.
-        type: path
-        required: true
-      token:
-        description: Which standby run this is, so the controller knows it from a stale one.
-        type: str
-        required: true
 extends_documentation_fragment:
   - metalclaim.hostclaim.claims
   - metalclaim.hostclaim.k8s_auth
+  - metalclaim.hostclaim.standby
 attributes:
   check_mode:
     support: full
