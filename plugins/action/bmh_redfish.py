@@ -47,8 +47,9 @@ class ActionModule(InProcessStep):
     _connections: Connections | None = None
 
     def step(self, kube, objects, params, check_mode, diff):
-        # A standby serving many batches keeps each host's BMC connection (its Secret read, the service root, the
-        # login) from one batch to the next, as the module's `wait` loop does from one step to the next.
+        # A standby serving many batches keeps each host's BMC connection (the service root, the login) from one batch
+        # to the next, as the module's `wait` loop does from one step to the next; its Secret is read again at each
+        # batch (Connections.begin_run), and a new version connects afresh.
         if self._connections is None:
             self._connections = Connections(options_from(params))
         return provision_step(kube, {**params, "hosts": objects}, check_mode, diff, self._connections)
