@@ -443,6 +443,49 @@ def test_a_kept_connection_keeps_its_credentials_and_a_failed_one_reads_the_secr
     connections.close()
 
 
+class _RotatedSecrets(_Secrets):
+    """Secrets whose version changes only when rotated (or that go missing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.version, self.gone = "7", False
+
+    def get(self, api_version, kind, name, namespace=None):
+        self.reads += 1
+        if self.gone:
+            return None
+        secret = _secret(name, self.password)
+        secret["metadata"]["resourceVersion"] = self.version
+        return secret
+
+
+def test_a_connection_kept_across_runs_is_reused_only_while_its_secret_is_the_same_version(fake_bmcs):
+    """A standby run serving many batches (begin_run at each): the Secret is read again once per run; the login and
+    service root are kept while it is the same version; a rotated or deleted Secret never reuses the old one."""
+    connections = Connections(Options(settings=machine.Settings()))
+    secrets = _RotatedSecrets()
+    host = _bmh("h0", 1)
+    first = connections.open(secrets, host, _ctx())
+    connections.begin_run()
+    ctx = _ctx()
+    assert connections.open(secrets, host, ctx).client is first.client and secrets.reads == 2
+    assert ctx.credentials_version == "7"
+    assert connections.open(secrets, host, _ctx()).client is first.client and secrets.reads == 2, "once per run"
+    secrets.version, secrets.password = "8", "rotated"
+    connections.begin_run()
+    ctx = _ctx()
+    rotated = connections.open(secrets, host, ctx)
+    assert rotated.client is not first.client and ctx.credentials_version == "8"
+    assert rotated.client.password == "rotated"
+    secrets.gone = True
+    connections.begin_run()
+    ctx = _ctx()
+    assert connections.open(secrets, host, ctx) is None and "not found" in ctx.credentials_problem
+    secrets.gone = False
+    assert connections.open(secrets, host, _ctx()).client is not rotated.client, "the deleted Secret's is dropped"
+    connections.close()
+
+
 def test_a_missing_secret_is_read_again_at_the_next_step(fake_bmcs):
     class Missing:
         reads = 0
