@@ -355,15 +355,13 @@ class Connections:
         with self._lock:
             link = self._links.get(key)
             checked = key in self._checked
-        credentials = None
         if link is None or not checked:
             credentials = _credentials(kube, host, ctx)
-            if not credentials or (link is not None and ctx.credentials_version != link.credentials_version):
-                if link is not None:
-                    self.drop(key, link.client)
-                    link = None
-                if not credentials:
-                    return None
+            if link is not None and (not credentials or ctx.credentials_version != link.credentials_version):
+                self.drop(key, link.client)  # a rotated or deleted Secret never reuses the old login
+                link = None
+            if not credentials:
+                return None
         if link is None:
             bmc = host["spec"]["bmc"]
             client = RedfishClient(
