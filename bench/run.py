@@ -807,13 +807,13 @@ class Bench:
             label = f"{prefix}create->Associated during resync"
             self.rows_for("resync", label, series["latency"], self.args.resync_probes, note=note)
             runs = zip(series["run_seconds"], series["batch_sizes"], strict=True)
-            full = [seconds for seconds, count in runs if count > 1]
+            full = [(seconds, count) for seconds, count in runs if count > 1]  # a probe's run is of one key
             if full:
                 self.row(
                     "resync",
                     f"{prefix}longest resync run",
-                    max(full),
-                    note=f"{len(full)} resync runs of {_short([c for c in series['batch_sizes'] if c > 1])} keys",
+                    max(seconds for seconds, _count in full),
+                    note=f"{len(full)} resync runs of {_short([count for _seconds, count in full])} keys",
                 )
         out.update(common.double_bindings(self.admin, rack.namespace))
 
