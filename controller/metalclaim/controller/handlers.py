@@ -41,6 +41,8 @@ class EventHandlers:
         self.stores["BareMetalHost"].add_index("media-token", mapper.operation_tokens)
         # The claim key each host's consumerRef names: whether a claim gone still holds a host.
         self.stores["BareMetalHost"].add_index("consumer", lambda h: [k for k in [mapper.consumer_key(h)] if k])
+        # The hosts waiting for a provisioning slot: a host that gives one up wakes them.
+        self.stores["BareMetalHost"].add_index("slot-waiting", lambda h: [1] if mapper.waits_for_a_slot(h) else [])
         # The provisioner side's view of namespaces (their opt-in label), apart from the claim side's, which
         # a namespace selector may narrow to tenant namespaces.
         self.infra_namespaces = Store()
@@ -131,7 +133,8 @@ class EventHandlers:
 
     def on_host(self, old, new, initial=False) -> None:
         unbound = self.stores["HostClaim"].by_index("unbound", 1)
-        self._enqueue("BareMetalHost", mapper.host_changed(old, new, unbound), initial)
+        slot_waiting = self.stores["BareMetalHost"].by_index("slot-waiting", 1)
+        self._enqueue("BareMetalHost", mapper.host_changed(old, new, unbound, slot_waiting), initial)
         if mapper.host_fingerprint_for_catalogs(old) != mapper.host_fingerprint_for_catalogs(new):
             infra = (new or old)["metadata"].get("namespace", "")
             publishing = [p for p in self.stores["HostDeployPolicy"].list() if mapper.publishes(p, infra)]

@@ -41,6 +41,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     RESERVED_FOR_ANNOTATION,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (
+    BUSY_STATES,  # a host in one of these holds a provisioning slot (--provision-max-concurrent)
     PROVISIONER_ANNOTATION,  # who provisions a host (ours, or Metal3's BMO): a host annotation or namespace label
     operation,  # the provisioner's operation in flight on a host (its annotation)
     tokens_of,  # the media tokens an operation holds
@@ -246,8 +247,11 @@ def claim_changed(old: dict | None, new: dict | None, named_by_a_host: bool = Tr
     return Keys([] if key is None else [key])
 
 
-def host_changed(old: dict | None, new: dict | None, unbound_claims: list[dict]) -> Keys:
-    """A host event: its own key for the provisioner, its consumer claims, and waiting claims when it became free."""
+def host_changed(
+    old: dict | None, new: dict | None, unbound_claims: list[dict], slot_waiting_hosts: list[dict] = ()
+) -> Keys:
+    """A host event: its own key for the provisioner, its consumer claims, and waiting claims when it became free;
+    the hosts waiting for a provisioning slot (`slot_waiting_hosts`) when it gave one up."""
     keys = []
     if host_fingerprint_for_provisioner(old) != host_fingerprint_for_provisioner(new):
         keys.append(key_of(HOST, new or old))
@@ -256,8 +260,23 @@ def host_changed(old: dict | None, new: dict | None, unbound_claims: list[dict])
     wake = []
     if is_free(new) and (not is_free(old) or _hold_ended(old, new)):
         # Which waiting claims its namespace's policies admit is the claim layer's call, in the run.
-        wake = sorted(set(_baremetal_keys(unbound_claims)) - set(keys))
+        wake = _baremetal_keys(unbound_claims)
+    if holds_a_slot(old) and not holds_a_slot(new):
+        # Which waiting host takes the slot is the provisioner's call (in name order), in the run: now, not at the
+        # waiting hosts' own requeue.
+        wake += [key_of(HOST, host) for host in slot_waiting_hosts]
+    wake = sorted(set(wake) - set(keys))
     return Keys(sorted(set(keys)), dropped=not keys and not wake, wake=wake)
+
+
+def holds_a_slot(host: dict | None) -> bool:
+    """Provisioning or deprovisioning: the host counts against the provisioner's concurrency."""
+    return host is not None and ((host.get("status") or {}).get("provisioning") or {}).get("state") in BUSY_STATES
+
+
+def waits_for_a_slot(host: dict) -> bool:
+    """The provisioner delayed the host's (de)provisioning: every slot was taken (Metal3's "delayed" status)."""
+    return (host.get("status") or {}).get("operationalStatus") == "delayed"
 
 
 def policy_changed(old: dict | None, new: dict | None, claims: list[dict]) -> Keys:

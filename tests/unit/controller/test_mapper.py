@@ -83,6 +83,24 @@ def test_a_host_becoming_free_concerns_the_waiting_claims():
     assert (CLAIM, "tenant-a", "c2") not in mapper.host_changed(bound, deprovisioning, waiting).wake
 
 
+def test_a_host_giving_up_its_provisioning_slot_wakes_the_hosts_waiting_for_one():
+    provisioning = changed(HOST_OBJ, status={"provisioning": {"state": "provisioning"}})
+    provisioned = changed(HOST_OBJ, status={"provisioning": {"state": "provisioned"}})
+    delayed = changed(
+        HOST_OBJ, metadata__name="h2", status={"provisioning": {"state": "available"}, "operationalStatus": "delayed"}
+    )
+    assert mapper.waits_for_a_slot(delayed) and not mapper.waits_for_a_slot(provisioned)
+    found = mapper.host_changed(provisioning, provisioned, [], [delayed])
+    # Its own status is the provisioner's write: no key of its own, the waiting host only while it waits.
+    assert found.keys == [] and found.wake == [(HOST, "infra", "h2")] and not found.dropped
+    assert mapper.host_changed(provisioning, None, [], [delayed]).wake == [(HOST, "infra", "h2")]  # deleted
+    # Still holding it, or never holding one: nobody is woken.
+    assert mapper.host_changed(provisioning, copy.deepcopy(provisioning), [], [delayed]).dropped
+    deprovisioning = changed(HOST_OBJ, status={"provisioning": {"state": "deprovisioning"}})
+    assert mapper.host_changed(provisioning, deprovisioning, [], [delayed]).wake == []
+    assert mapper.host_changed(provisioned, changed(provisioned, status__poweredOn=True), [], [delayed]).dropped
+
+
 def test_policy_namespace_and_secret_changes():
     claims = [CLAIM_OBJ]
     policy = {"metadata": {"name": "p"}, "spec": {"hostclaimNamespaces": {"names": ["tenant-a"]}}}

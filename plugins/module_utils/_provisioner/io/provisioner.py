@@ -549,6 +549,8 @@ def _credentials(kube, host: dict, ctx: machine.Context) -> dict:
 def _observe(kube, host: dict, bmc: _Bmc | None, ctx: machine.Context, options: Options) -> dict:
     observed: dict = {}
     for need in machine.observations(host, ctx):
+        if machine.deferred(host, need, observed):
+            continue
         if need in (machine.PROBE, machine.POWER, machine.BOOT, machine.MEDIA, machine.INVENTORY) and bmc is None:
             raise _no_connection()
         if need == machine.PROBE:
@@ -559,7 +561,7 @@ def _observe(kube, host: dict, bmc: _Bmc | None, ctx: machine.Context, options: 
         elif need == machine.BOOT:
             observed[need] = bmc.client.boot_override()
         elif need == machine.MEDIA:
-            observed[need] = {device: bmc.client.media(device) for device in (machine.CD, machine.CONFIG_DEVICE)}
+            observed[need] = {device: bmc.client.media(device) for device in machine.media_devices(host)}
         elif need == machine.INVENTORY:
             observed[need] = bmc.client.inventory()
         elif need == machine.CALLBACK:

@@ -292,6 +292,8 @@ def observations(host: dict, ctx: Context) -> tuple:
         return tuple(needs)
     if state == INSPECTING:
         return (*needs, INVENTORY)
+    if _starts_provisioning(host, ctx):
+        return tuple(needs)  # the step is the transition (or a wait for a slot): nothing the BMC says changes it
     needs.append(POWER)
     op = operation(host)
     if state in (PROVISIONING, DEPROVISIONING):
@@ -304,6 +306,45 @@ def observations(host: dict, ctx: Context) -> tuple:
     elif op.get("kind") == WARM:
         needs += [BOOT, MEDIA]  # what a warm host gives up when it cools: the deploy ISO and its boot override
     return tuple(needs)
+
+
+def _starts_provisioning(host: dict, ctx: Context) -> bool:
+    """An available host asked for a good image and online, not warm: its step starts provisioning (or waits for a
+    slot), whatever its power. (A warm host's step reads power: found off, it cools instead.)"""
+    spec, image = host.get("spec") or {}, image_of(host)
+    return (
+        state_of(host) == AVAILABLE
+        and operation(host).get("kind") != WARM
+        and not spec.get("externallyProvisioned")
+        and bool(image and spec.get("online"))
+        and not _image_problem(image, ctx)
+    )
+
+
+def waits_for_power_on(host: dict) -> bool:
+    """A live ISO booting: inserted, set to boot once and powered on in an earlier step. Until power reads On, nothing
+    else the BMC says changes the step (it never powers twice): the edge reads power alone, and media and boot only
+    once it is On (the reads `decide` then confirms the live ISO with)."""
+    op, image = operation(host), image_of(host)
+    return (
+        state_of(host) == PROVISIONING
+        and op.get("kind") == LIVE_ISO
+        and bool(op.get("powered"))
+        and bool(image)
+        and op.get("url") == image.get("url")
+    )
+
+
+def deferred(host: dict, need: str, observed: dict) -> bool:
+    """Whether the edge skips `need`, given what it has read so far in observations' order (power comes first)."""
+    return need in (BOOT, MEDIA) and waits_for_power_on(host) and observed.get(POWER) != "On"
+
+
+def media_devices(host: dict) -> tuple:
+    """The virtual media devices a step reads: a live ISO's provisioning looks at the CD alone."""
+    if state_of(host) == PROVISIONING and (image_of(host) or {}).get("format") == LIVE_ISO:
+        return (CD,)
+    return (CD, CONFIG_DEVICE)
 
 
 def needs_credentials(host: dict) -> bool:
@@ -769,6 +810,9 @@ def _provision_live_iso(host: dict, image: dict, observed: dict, ctx: Context, s
         if WARM_ANNOTATION in annotations_of(host):
             step.annotations[WARM_ANNOTATION] = None
         op = {"kind": LIVE_ISO, "url": image["url"], "started": ctx.now}
+    if op.get("powered") and observed.get(POWER) != "On":
+        step.requeue_after = 2  # booting (waits_for_power_on): it was powered once, and is never powered twice
+        return _ok(step, host)
     ready = (
         op.get("powered")
         and _media_holds(observed, CD, image["url"])

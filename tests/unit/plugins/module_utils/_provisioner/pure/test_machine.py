@@ -194,6 +194,53 @@ def test_a_live_iso_is_inserted_booted_once_and_powered_then_confirmed():
     assert half.state == m.PROVISIONING and half.actions == [("insert", m.CD, LIVE["url"])]
 
 
+def test_starting_provisioning_or_waiting_for_a_slot_reads_nothing_from_the_bmc():
+    starting = host(m.AVAILABLE, online=True, image=LIVE, status=GOOD)
+    assert m.observations(starting, ctx()) == ()
+    assert m.decide(starting, {}, ctx()).state == m.PROVISIONING
+    assert m.decide(starting, {}, ctx(slot_free=False)).status["operationalStatus"] == "delayed"
+    # Anything else an available host may do depends on its power: read it.
+    assert m.observations(host(m.AVAILABLE, image=LIVE, status=GOOD), ctx()) == (m.POWER,)
+    bad = {"url": "file:///etc/passwd", "format": "live-iso"}
+    assert m.observations(host(m.AVAILABLE, online=True, image=bad, status=GOOD), ctx()) == (m.POWER,)
+    warm = host(
+        m.AVAILABLE, online=True, image=DISK, status=GOOD, annotations={m.OPERATION_ANNOTATION: '{"kind":"warm"}'}
+    )
+    assert m.POWER in m.observations(warm, ctx())
+
+
+def test_a_booting_live_iso_polls_power_alone_until_it_is_on():
+    start = host(m.PROVISIONING, online=True, image=LIVE, status=GOOD)
+    assert m.media_devices(start) == (m.CD,)  # the config drive is a disk image's
+    assert m.media_devices(host(m.PROVISIONING, online=True, image=DISK, status=GOOD)) == (m.CD, m.CONFIG_DEVICE)
+    assert not m.waits_for_power_on(start)  # not powered yet: everything is read
+    assert not m.deferred(start, m.MEDIA, {m.POWER: "Off"})
+    observed = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {"inserted": False}}}
+    powered = m.decide(start, observed, ctx())
+    booting = host(
+        m.PROVISIONING,
+        online=True,
+        image=LIVE,
+        status=GOOD,
+        annotations={m.OPERATION_ANNOTATION: powered.annotations[m.OPERATION_ANNOTATION]},
+    )
+    assert m.waits_for_power_on(booting)
+    assert [n for n in m.observations(booting, ctx()) if not m.deferred(booting, n, {m.POWER: "Off"})] == [
+        m.POWER,
+        m.firmware.FIRMWARE,
+    ]
+    assert not m.deferred(booting, m.MEDIA, {m.POWER: "On"}) and not m.deferred(booting, m.BOOT, {m.POWER: "On"})
+    wait = m.decide(booting, {m.POWER: "Off"}, ctx(now=T1))
+    assert wait.state == m.PROVISIONING and wait.actions == [] and wait.requeue_after == 2
+    assert m.OPERATION_ANNOTATION not in wait.annotations  # the operation stays as it was
+    # Another image: the operation is not this one's, nothing is deferred.
+    other = {**LIVE, "url": "http://127.0.0.1:3/other.iso"}
+    changed = host(
+        m.PROVISIONING, online=True, image=other, status=GOOD, annotations=booting["metadata"]["annotations"]
+    )
+    assert not m.waits_for_power_on(changed)
+
+
 def test_a_running_host_is_reset_into_the_new_media():
     h = host(m.PROVISIONING, online=True, image=LIVE, status=GOOD)
     observed = {m.POWER: "On", m.BOOT: {"target": "Cd"}, m.MEDIA: {m.CD: {"inserted": True, "image": LIVE["url"]}}}
