@@ -10,8 +10,9 @@ Scenarios (each with its own namespaces, deleted afterwards; one failing is repo
   floor      F: median wall time of a one-task debug playbook through the controller's own Runner
   idle       one claim at a time into a quiet system: create -> Association=True as a watcher sees it,
              the cold path and then the standby run (--standby), each its own controller process
-  storm      N available hosts, N claims created by threads from 10 tenant namespaces: last create -> all
-             Associated, claims/s, latencies, runs, batch sizes, double bindings, controller RSS
+  storm      N available hosts, N claims created by threads from 10 tenant namespaces, the claim side as
+             config/manager deploys it (standby runs): last create -> all Associated, claims/s, latencies, runs,
+             batch sizes, double bindings, controller RSS
   resync     the storm's bound claims under a controller with a short --resync-period: idle latency of
              new claims while full resyncs run
   baseline   the storm (or --baseline-claims of it, extrapolated linearly and labelled so) with the
@@ -449,9 +450,14 @@ class Bench:
             self.later.callback(rack.teardown, teardown_wait(n + spare))
         else:
             stack.callback(rack.teardown, teardown_wait(n + spare))
-        controller = self.controller("claims", [rack.namespace], "storm", mode="batch")
+        # As config/manager deploys the claim side: its batches are served by a standby run (slots and baseline
+        # measure cold runs).
+        controller = self.controller("claims", [rack.namespace], "storm", mode="batch", standby=True)
         stack.callback(controller.stop)
         controller.settle(quiet=1.0)
+        deadline = time.monotonic() + 60
+        while controller.metric("metalclaim_standby_ready") < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
         keys = [(rack.tenants[index % len(rack.tenants)], f"s{index:04d}") for index in range(n)]
         out.update(self._storm(f"storm ({n})", rack, keys, controller, timeout=120 + 0.5 * n))
         self._storm_rows("storm", out)
