@@ -26,3 +26,9 @@ CALLBACK_POLL = 5.0
 # ...and this often when its caller is woken by the callback itself (callback_events: the controller watches the media
 # directory's callbacks), a safety net then; a timeout falling due sooner is looked at when it does.
 CALLBACK_EVENTS_POLL = 60.0
+# A live ISO booting: its power is read again after half the time since it was powered, within these bounds. A BMC
+# that takes long to apply power is read less often the longer it takes (a real server's power-on self-test takes a
+# minute or more), and a host is seen On at most half its delay late.
+BOOT_POLL_MIN = 1.0
+BOOT_POLL_MAX = 10.0
+BOOT_POLL_FIRST = 2.0  # the first read after powering it (and each read when the power-on time was not recorded)

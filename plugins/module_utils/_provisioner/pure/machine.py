@@ -795,12 +795,22 @@ def _boot_once_from_cd(host: dict, observed: dict, step: Step) -> None:
         step.actions.append(("boot_once", "Cd", _boot_mode(host)))
 
 
-def _power_into_media(observed: dict, op: dict, step: Step) -> dict:
-    """Power on (or reset a running host) once per operation, so it boots the new media."""
+def _power_into_media(observed: dict, op: dict, step: Step, now: str) -> dict:
+    """Power on (or reset a running host) once per operation, so it boots the new media; `powered` says when."""
     if op.get("powered"):
         return op
     step.actions.append(("power", "ForceRestart" if observed.get(POWER) == "On" else "On"))
-    return {**op, "powered": True}
+    return {**op, "powered": now}
+
+
+def boot_poll(op: dict, ctx: Context) -> float:
+    """When to read the power of a host powered into its live ISO again: half the time since it was powered, within
+    defaults.BOOT_POLL_MIN..MAX (an operation recorded before the time was kept says `True`: the first interval)."""
+    powered = op.get("powered")
+    if not isinstance(powered, str):
+        return defaults.BOOT_POLL_FIRST
+    half = seconds_between(powered, ctx.now) / 2
+    return max(defaults.BOOT_POLL_MIN, min(defaults.BOOT_POLL_MAX, half))
 
 
 def _provision_live_iso(host: dict, image: dict, observed: dict, ctx: Context, step: Step) -> Step:
@@ -811,7 +821,7 @@ def _provision_live_iso(host: dict, image: dict, observed: dict, ctx: Context, s
             step.annotations[WARM_ANNOTATION] = None
         op = {"kind": LIVE_ISO, "url": image["url"], "started": ctx.now}
     if op.get("powered") and observed.get(POWER) != "On":
-        step.requeue_after = 2  # booting (waits_for_power_on): it was powered once, and is never powered twice
+        step.requeue_after = boot_poll(op, ctx)  # booting (waits_for_power_on): it is never powered twice
         return _ok(step, host)
     ready = (
         op.get("powered")
@@ -823,7 +833,7 @@ def _provision_live_iso(host: dict, image: dict, observed: dict, ctx: Context, s
         step.annotations[OPERATION_ANNOTATION] = None
         return _ok(_provisioned_with(host, image, step, ctx), host)
     _insert(observed, CD, image["url"], step)
-    return _boot_into_media(host, op, observed, step, requeue_after=2)
+    return _boot_into_media(host, op, observed, ctx, step, requeue_after=defaults.BOOT_POLL_FIRST)
 
 
 def _provisioned_with(host: dict, image: dict, step: Step, ctx: Context) -> Step:
@@ -936,7 +946,7 @@ def _boot_writer(host: dict, op: dict, observed: dict, ctx: Context, step: Step)
     _insert(observed, CD, ctx.settings.deploy_iso_url, step)
     _insert(observed, CONFIG_DEVICE, config_drive_url(ctx.settings, op["token"]), step)
     due = ctx.settings.callback_timeout - seconds_between(op["started"], ctx.now)
-    return _boot_into_media(host, op, observed, step, requeue_after=writer_poll(ctx, defaults.CALLBACK_POLL, due))
+    return _boot_into_media(host, op, observed, ctx, step, requeue_after=writer_poll(ctx, defaults.CALLBACK_POLL, due))
 
 
 def writer_poll(ctx: Context, poll: float, due_in: float) -> float:
@@ -949,10 +959,10 @@ def writer_poll(ctx: Context, poll: float, due_in: float) -> float:
     return max(poll, min(defaults.CALLBACK_EVENTS_POLL, due_in + 1))
 
 
-def _boot_into_media(host: dict, op: dict, observed: dict, step: Step, requeue_after: float) -> Step:
+def _boot_into_media(host: dict, op: dict, observed: dict, ctx: Context, step: Step, requeue_after: float) -> Step:
     """With the media inserted: a one-time boot from CD, power on (or reset), the operation recorded."""
     _boot_once_from_cd(host, observed, step)
-    op = _power_into_media(observed, op, step)
+    op = _power_into_media(observed, op, step, ctx.now)
     if op != operation(host):
         step.annotations[OPERATION_ANNOTATION] = json.dumps(op, sort_keys=True)
     step.requeue_after = requeue_after

@@ -230,8 +230,9 @@ def test_a_booting_live_iso_polls_power_alone_until_it_is_on():
         m.firmware.FIRMWARE,
     ]
     assert not m.deferred(booting, m.MEDIA, {m.POWER: "On"}) and not m.deferred(booting, m.BOOT, {m.POWER: "On"})
-    wait = m.decide(booting, {m.POWER: "Off"}, ctx(now=T1))
-    assert wait.state == m.PROVISIONING and wait.actions == [] and wait.requeue_after == 2
+    assert powered.requeue_after == 2
+    wait = m.decide(booting, {m.POWER: "Off"}, ctx(now="2026-11-23T10:00:06Z"))
+    assert wait.state == m.PROVISIONING and wait.actions == [] and wait.requeue_after == 3  # half the time since
     assert m.OPERATION_ANNOTATION not in wait.annotations  # the operation stays as it was
     # Another image: the operation is not this one's, nothing is deferred.
     other = {**LIVE, "url": "http://127.0.0.1:3/other.iso"}
@@ -239,6 +240,14 @@ def test_a_booting_live_iso_polls_power_alone_until_it_is_on():
         m.PROVISIONING, online=True, image=other, status=GOOD, annotations=booting["metadata"]["annotations"]
     )
     assert not m.waits_for_power_on(changed)
+
+
+def test_a_booting_host_is_read_again_after_half_the_time_since_it_was_powered():
+    powered = {"kind": m.LIVE_ISO, "powered": T0}
+    assert m.boot_poll(powered, ctx(now="2026-11-23T10:00:01Z")) == 1  # never sooner than a second
+    assert m.boot_poll(powered, ctx(now="2026-11-23T10:00:09Z")) == 4.5
+    assert m.boot_poll(powered, ctx(now=T2)) == 10  # a slow BMC: every 10 s at most
+    assert m.boot_poll({"kind": m.LIVE_ISO, "powered": True}, ctx()) == 2  # recorded before the time was kept
 
 
 def test_a_running_host_is_reset_into_the_new_media():
@@ -269,7 +278,7 @@ def test_a_disk_image_publishes_a_config_drive_boots_the_writer_and_waits_for_it
         ("power", "On"),
     ]
     op = json.loads(step.annotations[m.OPERATION_ANNOTATION])
-    assert op["token"] == TOKEN and op["kind"] == "deploy" and op["powered"] is True
+    assert op["token"] == TOKEN and op["kind"] == "deploy" and op["powered"] == T0  # when: boot_poll
     waiting = host(
         m.PROVISIONING, online=True, image=DISK, status=GOOD, annotations={m.OPERATION_ANNOTATION: json.dumps(op)}
     )
