@@ -1,0 +1,71 @@
+"""Provisioning slots (issue 24): the provisioner side as its own process with --provision-max-concurrent 1. A host
+waiting for the slot (`delayed`) reads nothing from its BMC, and starts as soon as the host holding the slot gives it
+up, not at its own requeue 10 s later.
+
+The slot is given up at a moment the test chooses: the first host provisions a disk image, so it holds the slot until
+its writer's callback, posted right after the waiting host's step (its next step of its own is 10 s away then).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from metalclaim_dev.controllerproc import ControllerProcess, runs_of
+from metalclaim_dev.netfixtures import post_json
+from metalclaim_dev.site import settle
+from metalclaim_dev.support import eventually
+
+pytestmark = pytest.mark.integration
+OPERATION = "provisioner.metalclaim.io/operation"
+IMAGE = {"url": "http://127.0.0.1:9/img.qcow2", "format": "qcow2", "checksum": "0" * 64}
+
+
+def test_a_host_giving_up_its_slot_starts_the_waiting_host_at_once(devenv, site, files, media_server, tmp_path):
+    deploy_iso = files.add("writer.iso", b"image writer live system\n" * 64)
+    options = {"deploy_iso_url": deploy_iso, "media_dir": media_server["dir"], "media_url": media_server["url"]}
+    for index, name in enumerate(("h0", "h1")):
+        site.host(name, index)
+        settle(site, name, "available", **options)
+    provisioner = ControllerProcess(
+        devenv,
+        tmp_path / "provisioner",
+        *("--infra-namespaces", site.namespace, "--controllers", "provisioner", "--provision-max-concurrent", "1"),
+        *("--deploy-iso-url", deploy_iso, "--media-dir", media_server["dir"], "--media-url", media_server["url"]),
+        kubeconfig_identity="provisioner",
+    )
+    waiting_key = f"host/{site.namespace}/h1"
+
+    def operation(name: str) -> dict:
+        return json.loads((site.read(name)["metadata"].get("annotations") or {}).get(OPERATION) or "{}")
+
+    def delayed() -> bool:
+        return (site.read("h1").get("status") or {}).get("operationalStatus") == "delayed"
+
+    try:
+        for name in ("h0", "h1"):  # h0 first: the slot goes in name order
+            site.api("BareMetalHost").patch(
+                body={"spec": {"image": IMAGE, "online": True}},
+                name=name,
+                namespace=site.namespace,
+                content_type="application/merge-patch+json",
+            )
+        eventually(lambda: operation("h0").get("powered"), timeout=60, message=provisioner.output())
+        eventually(delayed, timeout=30, message=provisioner.output())
+        assert site.state("h1") == "available" and site.state("h0") == "provisioning"
+        # Right after one of h1's own steps: its next is 10 s away, and only h0 giving up the slot can start it sooner.
+        stepped = runs_of(provisioner, waiting_key)
+        eventually(lambda: runs_of(provisioner, waiting_key) > stepped, timeout=15, message=provisioner.output())
+        assert delayed()
+
+        post_json(f"{media_server['url']}/callback/{operation('h0')['token']}", {"status": "success", "message": "ok"})
+        freed = time.monotonic()
+        eventually(lambda: site.state("h0") == "provisioned", timeout=15, message=provisioner.output())
+        eventually(lambda: site.state("h1") == "provisioning", timeout=6, message=provisioner.output())
+        started = time.monotonic() - freed
+        assert operation("h1") == {} or operation("h1").get("kind") == "deploy"
+        print(f"\nslot given up -> waiting host provisioning: {started:.1f} s (its next step was 10 s away)", end="")
+    finally:
+        provisioner.stop()
