@@ -804,13 +804,13 @@ def _power_into_media(observed: dict, op: dict, step: Step, now: str) -> dict:
 
 
 def boot_poll(op: dict, ctx: Context) -> float:
-    """When to read the power of a host powered into its live ISO again: half the time since it was powered, within
-    defaults.BOOT_POLL_MIN..MAX (an operation recorded before the time was kept says `True`: the first interval)."""
+    """When to read the power of a host powered into its live ISO again: a third of the time since it was powered,
+    within defaults.BOOT_POLL_MIN..MAX (an operation recorded before the time was kept says `True`: the minimum)."""
     powered = op.get("powered")
     if not isinstance(powered, str):
-        return defaults.BOOT_POLL_FIRST
-    half = seconds_between(powered, ctx.now) / 2
-    return max(defaults.BOOT_POLL_MIN, min(defaults.BOOT_POLL_MAX, half))
+        return defaults.BOOT_POLL_MIN
+    share = seconds_between(powered, ctx.now) * defaults.BOOT_POLL_FRACTION
+    return max(defaults.BOOT_POLL_MIN, min(defaults.BOOT_POLL_MAX, share))
 
 
 def _provision_live_iso(host: dict, image: dict, observed: dict, ctx: Context, step: Step) -> Step:
@@ -833,7 +833,7 @@ def _provision_live_iso(host: dict, image: dict, observed: dict, ctx: Context, s
         step.annotations[OPERATION_ANNOTATION] = None
         return _ok(_provisioned_with(host, image, step, ctx), host)
     _insert(observed, CD, image["url"], step)
-    return _boot_into_media(host, op, observed, ctx, step, requeue_after=defaults.BOOT_POLL_FIRST)
+    return _boot_into_media(host, op, observed, ctx, step, requeue_after=defaults.BOOT_POLL_MIN)
 
 
 def _provisioned_with(host: dict, image: dict, step: Step, ctx: Context) -> Step:

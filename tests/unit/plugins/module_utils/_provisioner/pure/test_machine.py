@@ -231,8 +231,8 @@ def test_a_booting_live_iso_polls_power_alone_until_it_is_on():
     ]
     assert not m.deferred(booting, m.MEDIA, {m.POWER: "On"}) and not m.deferred(booting, m.BOOT, {m.POWER: "On"})
     assert powered.requeue_after == 2
-    wait = m.decide(booting, {m.POWER: "Off"}, ctx(now="2026-11-23T10:00:06Z"))
-    assert wait.state == m.PROVISIONING and wait.actions == [] and wait.requeue_after == 3  # half the time since
+    wait = m.decide(booting, {m.POWER: "Off"}, ctx(now="2026-11-23T10:00:12Z"))
+    assert wait.state == m.PROVISIONING and wait.actions == [] and wait.requeue_after == 4  # a third of the time
     assert m.OPERATION_ANNOTATION not in wait.annotations  # the operation stays as it was
     # Another image: the operation is not this one's, nothing is deferred.
     other = {**LIVE, "url": "http://127.0.0.1:3/other.iso"}
@@ -242,10 +242,10 @@ def test_a_booting_live_iso_polls_power_alone_until_it_is_on():
     assert not m.waits_for_power_on(changed)
 
 
-def test_a_booting_host_is_read_again_after_half_the_time_since_it_was_powered():
+def test_a_booting_host_is_read_again_after_a_third_of_the_time_since_it_was_powered():
     powered = {"kind": m.LIVE_ISO, "powered": T0}
-    assert m.boot_poll(powered, ctx(now="2026-11-23T10:00:01Z")) == 1  # never sooner than a second
-    assert m.boot_poll(powered, ctx(now="2026-11-23T10:00:09Z")) == 4.5
+    assert m.boot_poll(powered, ctx(now="2026-11-23T10:00:03Z")) == 2  # every 2 s through most BMCs' delays
+    assert m.boot_poll(powered, ctx(now="2026-11-23T10:00:15Z")) == 5
     assert m.boot_poll(powered, ctx(now=T2)) == 10  # a slow BMC: every 10 s at most
     assert m.boot_poll({"kind": m.LIVE_ISO, "powered": True}, ctx()) == 2  # recorded before the time was kept
 
