@@ -28,7 +28,7 @@ CALLBACK_POLL = 5.0
 CALLBACK_EVENTS_POLL = 60.0
 # A live ISO booting: its power is read again after a third of the time since it was powered, within these bounds: every
 # 2 s through the few seconds most BMCs take (never later than a fixed 2 s poll there), less often the longer a BMC
-# takes (a real server's power-on self-test takes a minute or more: about 17 reads for two minutes instead of 60), and
+# takes (a real server's power-on self-test takes a minute or more: about 18 reads for two minutes instead of 60), and
 # seen On at most 10 s late then.
 BOOT_POLL_MIN = 2.0  # also the first read after powering it (and each read when the power-on time was not recorded)
 BOOT_POLL_MAX = 10.0

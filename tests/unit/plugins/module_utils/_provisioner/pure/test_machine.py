@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
@@ -248,6 +249,13 @@ def test_a_booting_host_is_read_again_after_a_third_of_the_time_since_it_was_pow
     assert m.boot_poll(powered, ctx(now="2026-11-23T10:00:15Z")) == 5
     assert m.boot_poll(powered, ctx(now=T2)) == 10  # a slow BMC: every 10 s at most
     assert m.boot_poll({"kind": m.LIVE_ISO, "powered": True}, ctx()) == 2  # recorded before the time was kept
+    # A two-minute power-on self-test: the reads until it is seen On (the guide's "about 18 instead of 60").
+    elapsed, reads = 2.0, 1
+    while elapsed < 120:
+        stamp = (m.parse_time(T0) + datetime.timedelta(seconds=int(elapsed))).strftime("%Y-%m-%dT%H:%M:%SZ")
+        elapsed += m.boot_poll(powered, ctx(now=stamp))
+        reads += 1
+    assert 16 <= reads <= 19, reads
 
 
 def test_a_running_host_is_reset_into_the_new_media():
