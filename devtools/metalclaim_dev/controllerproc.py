@@ -175,3 +175,24 @@ def fence(controller: ControllerProcess, rack: Rack, name: str = "fence") -> Non
         timeout=30,
         message=f"{name}: bound by a run logged\n{controller.output()}",
     )
+
+
+def disk_image_provisioner(devenv, site, files, media_server, directory, hosts: list[str], *args: str):
+    """The provisioner side as its own process for `hosts` (registered as the site's first systems and settled
+    available first), with a deploy ISO and the media server: disk images, each host's writer calling back when a test
+    posts its callback. The caller stops it."""
+    from metalclaim_dev.site import settle
+
+    deploy_iso = files.add("writer.iso", b"image writer live system\n" * 64)
+    options = {"deploy_iso_url": deploy_iso, "media_dir": media_server["dir"], "media_url": media_server["url"]}
+    for index, name in enumerate(hosts):
+        site.host(name, index)
+        settle(site, name, "available", **options)
+    provisioner = ControllerProcess(
+        devenv,
+        directory,
+        *("--infra-namespaces", site.namespace, "--controllers", "provisioner", *args),
+        *("--deploy-iso-url", deploy_iso, "--media-dir", media_server["dir"], "--media-url", media_server["url"]),
+        kubeconfig_identity="provisioner",
+    )
+    return provisioner

@@ -3,6 +3,7 @@ benches)."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
     parse_bmc_address,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import OPERATION_ANNOTATION
 from kubernetes.client.exceptions import ApiException
 
 from metalclaim_dev.claimlayer import host_body
@@ -111,6 +113,17 @@ class Site:
 
     def state(self, name: str) -> str:
         return ((self.read(name).get("status") or {}).get("provisioning") or {}).get("state", "")
+
+    def operation(self, name: str) -> dict:
+        """The provisioner's operation in flight on a host (its annotation), {} when none."""
+        return json.loads((self.read(name)["metadata"].get("annotations") or {}).get(OPERATION_ANNOTATION) or "{}")
+
+    def ask(self, names: list[str], spec: dict) -> None:
+        """Merge `spec` into each host's spec (image and online, as a bound claim's sync writes them), in order."""
+        for name in names:
+            self.api("BareMetalHost").patch(
+                body={"spec": spec}, name=name, namespace=self.namespace, content_type="application/merge-patch+json"
+            )
 
     def provision(self, wait: float = 0, diff: bool = False, check_mode: bool = False, **options) -> dict:
         args = {"namespaces": [self.namespace], "wait": wait, **FAST, **self.as_provisioner(), **options}

@@ -13,42 +13,21 @@ import time
 
 import pytest
 
-from metalclaim_dev.controllerproc import ControllerProcess, runs_of
+from metalclaim_dev.controllerproc import disk_image_provisioner, runs_of
 from metalclaim_dev.netfixtures import post_json
-from metalclaim_dev.site import settle
 from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
-OPERATION = "provisioner.metalclaim.io/operation"
 IMAGE = {"url": "http://127.0.0.1:9/img.qcow2", "format": "qcow2", "checksum": "0" * 64}
 
 
 def test_a_writers_callback_steps_exactly_its_host_at_once(devenv, site, files, media_server, tmp_path):
-    deploy_iso = files.add("writer.iso", b"image writer live system\n" * 64)
-    options = {"deploy_iso_url": deploy_iso, "media_dir": media_server["dir"], "media_url": media_server["url"]}
-    for index, name in enumerate(("h0", "h1")):
-        site.host(name, index)
-        settle(site, name, "available", **options)
-    provisioner = ControllerProcess(
-        devenv,
-        tmp_path / "provisioner",
-        *("--infra-namespaces", site.namespace, "--controllers", "provisioner"),
-        *("--deploy-iso-url", deploy_iso, "--media-dir", media_server["dir"], "--media-url", media_server["url"]),
-        kubeconfig_identity="provisioner",
-    )
+    provisioner = disk_image_provisioner(devenv, site, files, media_server, tmp_path / "provisioner", ["h0", "h1"])
     key = f"host/{site.namespace}/h0"
-
-    def operation(name: str) -> dict:
-        return json.loads((site.read(name)["metadata"].get("annotations") or {}).get(OPERATION) or "{}")
+    operation = site.operation
 
     try:
-        for name in ("h0", "h1"):
-            site.api("BareMetalHost").patch(
-                body={"spec": {"image": IMAGE, "online": True}},
-                name=name,
-                namespace=site.namespace,
-                content_type="application/merge-patch+json",
-            )
+        site.ask(["h0", "h1"], {"image": IMAGE, "online": True})
         for name in ("h0", "h1"):  # each writer booted: media in, powered, waiting for its callback
             eventually(
                 lambda name=name: operation(name).get("powered"), timeout=60, message=f"{name}\n{provisioner.output()}"

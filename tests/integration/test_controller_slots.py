@@ -8,50 +8,30 @@ its writer's callback, posted right after the waiting host's step (its next step
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
-from metalclaim_dev.controllerproc import ControllerProcess, runs_of
+from metalclaim_dev.controllerproc import disk_image_provisioner, runs_of
 from metalclaim_dev.netfixtures import post_json
-from metalclaim_dev.site import settle
 from metalclaim_dev.support import eventually
 
 pytestmark = pytest.mark.integration
-OPERATION = "provisioner.metalclaim.io/operation"
 IMAGE = {"url": "http://127.0.0.1:9/img.qcow2", "format": "qcow2", "checksum": "0" * 64}
 
 
 def test_a_host_giving_up_its_slot_starts_the_waiting_host_at_once(devenv, site, files, media_server, tmp_path):
-    deploy_iso = files.add("writer.iso", b"image writer live system\n" * 64)
-    options = {"deploy_iso_url": deploy_iso, "media_dir": media_server["dir"], "media_url": media_server["url"]}
-    for index, name in enumerate(("h0", "h1")):
-        site.host(name, index)
-        settle(site, name, "available", **options)
-    provisioner = ControllerProcess(
-        devenv,
-        tmp_path / "provisioner",
-        *("--infra-namespaces", site.namespace, "--controllers", "provisioner", "--provision-max-concurrent", "1"),
-        *("--deploy-iso-url", deploy_iso, "--media-dir", media_server["dir"], "--media-url", media_server["url"]),
-        kubeconfig_identity="provisioner",
+    provisioner = disk_image_provisioner(
+        devenv, site, files, media_server, tmp_path / "provisioner", ["h0", "h1"], "--provision-max-concurrent", "1"
     )
     waiting_key = f"host/{site.namespace}/h1"
-
-    def operation(name: str) -> dict:
-        return json.loads((site.read(name)["metadata"].get("annotations") or {}).get(OPERATION) or "{}")
+    operation = site.operation
 
     def delayed() -> bool:
         return (site.read("h1").get("status") or {}).get("operationalStatus") == "delayed"
 
     try:
-        for name in ("h0", "h1"):  # h0 first: the slot goes in name order
-            site.api("BareMetalHost").patch(
-                body={"spec": {"image": IMAGE, "online": True}},
-                name=name,
-                namespace=site.namespace,
-                content_type="application/merge-patch+json",
-            )
+        site.ask(["h0", "h1"], {"image": IMAGE, "online": True})  # h0 first: the slot goes in name order
         eventually(lambda: operation("h0").get("powered"), timeout=60, message=provisioner.output())
         eventually(delayed, timeout=30, message=provisioner.output())
         assert site.state("h1") == "available" and site.state("h0") == "provisioning"

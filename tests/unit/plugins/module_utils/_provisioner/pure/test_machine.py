@@ -45,6 +45,12 @@ DISK = {"url": "http://127.0.0.1:3/img.qcow2", "format": "qcow2", "checksum": "h
 GOOD = {"goodCredentials": {"credentialsVersion": "7"}}
 
 
+def live_iso_after(step):
+    """The host provisioning LIVE with the operation `step` recorded."""
+    operation = step.annotations[m.OPERATION_ANNOTATION]
+    return host(m.PROVISIONING, online=True, image=LIVE, status=GOOD, annotations={m.OPERATION_ANNOTATION: operation})
+
+
 def test_a_new_host_starts_registering_and_gets_the_finalizer():
     step = m.decide(host(), {}, ctx())
     assert step.state == m.REGISTERING
@@ -173,13 +179,7 @@ def test_a_live_iso_is_inserted_booted_once_and_powered_then_confirmed():
     step = m.decide(h, observed, ctx())
     assert step.actions == [("insert", m.CD, LIVE["url"]), ("boot_once", "Cd", "UEFI"), ("power", "On")]
     assert step.state == m.PROVISIONING
-    in_flight = host(
-        m.PROVISIONING,
-        online=True,
-        image=LIVE,
-        status=GOOD,
-        annotations={m.OPERATION_ANNOTATION: step.annotations[m.OPERATION_ANNOTATION]},
-    )
+    in_flight = live_iso_after(step)
     # The emulator reports a "Once" override as "Continuous": only the target counts.
     seen = {
         m.POWER: "On",
@@ -218,13 +218,7 @@ def test_a_booting_live_iso_polls_power_alone_until_it_is_on():
     assert not m.deferred(start, m.MEDIA, {m.POWER: "Off"})
     observed = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {"inserted": False}}}
     powered = m.decide(start, observed, ctx())
-    booting = host(
-        m.PROVISIONING,
-        online=True,
-        image=LIVE,
-        status=GOOD,
-        annotations={m.OPERATION_ANNOTATION: powered.annotations[m.OPERATION_ANNOTATION]},
-    )
+    booting = live_iso_after(powered)
     assert m.waits_for_power_on(booting)
     assert [n for n in m.observations(booting, ctx()) if not m.deferred(booting, n, {m.POWER: "Off"})] == [
         m.POWER,
