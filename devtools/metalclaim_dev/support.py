@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from metalclaim_dev import REPO_ROOT
+from metalclaim_dev.devenv.processes import free_port  # noqa: F401 (the tests' and benches' import)
 
 USER_GUIDE = REPO_ROOT.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt"
 
@@ -69,13 +69,6 @@ def run_tasks(tmp_path: Path, tasks: list[dict], kubeconfig: str) -> list[dict]:
     results = run_playbook(tmp_path, Path("playbook.yml"), kubeconfig)
     assert len(results) == len(tasks), results
     return results
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for a process of the test's or the bench's own to listen on)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def create_namespace(admin, name: str, labels: dict | None = None) -> None:

@@ -8,7 +8,7 @@ import sys
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from metalclaim_dev.devenv import redfish
+from metalclaim_dev.devenv import processes, redfish
 from metalclaim_dev.devenv.controlplane import IDENTITIES
 from metalclaim_dev.devenv.env import INFRA_NAMESPACE, TENANT_NAMESPACES, host_inventory, tenancy_objects
 from metalclaim_dev.devenv.pki import CertificateAuthority
@@ -108,3 +108,16 @@ def test_stop_process_group_stops_children_too(tmp_path):
     stop_process_group(pid)
     assert not alive(pid)
     assert not any(alive(int(child)) for child in children)
+
+
+def test_free_ports_come_from_below_the_ephemeral_range(tmp_path, monkeypatch):
+    """An outgoing connection takes its port from the ephemeral range: one handed to a listener of ours must not be
+    there, or a connection may take it before the listener binds (etcd failed so in CI)."""
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("32768\t60999\n")
+    monkeypatch.setattr(processes, "EPHEMERAL_RANGE_FILE", ranges)
+    ports = {processes.free_port() for _ in range(50)}
+    assert all(processes.OWN_PORTS_LOWEST <= port < 32768 for port in ports), sorted(ports)
+    assert len(ports) > 40  # at random: parallel callers rarely meet
+    monkeypatch.setattr(processes, "EPHEMERAL_RANGE_FILE", tmp_path / "absent")  # not Linux: bind(0)
+    assert 0 < processes.free_port() < 65536

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import ssl
@@ -26,7 +27,27 @@ class DevenvError(RuntimeError):
     pass
 
 
+# Listeners of our own (etcd, the API server, the emulator, controllers' endpoints) get ports below the kernel's
+# ephemeral range: a port from bind(0) comes from that range, where any outgoing connection (another lane's pip, an
+# API client) may take it between the check and the listener's bind ("address already in use": etcd failed so in CI).
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+OWN_PORTS_LOWEST = 10000
+
+
 def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, picked at random below the ephemeral range (bind(0) where none is known)."""
+    try:
+        highest = int(EPHEMERAL_RANGE_FILE.read_text().split()[0]) - 1
+    except (OSError, ValueError, IndexError):
+        highest = 0
+    for _attempt in range(200 if highest > OWN_PORTS_LOWEST else 0):
+        port = random.randint(OWN_PORTS_LOWEST, highest)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
