@@ -32,6 +32,7 @@ class DevenvError(RuntimeError):
 # API client) may take it between the check and the listener's bind ("address already in use": etcd failed so in CI).
 EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 OWN_PORTS_LOWEST = 10000
+_PICK = random.SystemRandom()  # the OS's randomness: no seed a test sets makes two processes pick alike
 
 
 def free_port() -> int:
@@ -41,7 +42,7 @@ def free_port() -> int:
     except (OSError, ValueError, IndexError):
         highest = 0
     for _attempt in range(200 if highest > OWN_PORTS_LOWEST else 0):
-        port = random.randint(OWN_PORTS_LOWEST, highest)
+        port = _PICK.randint(OWN_PORTS_LOWEST, highest)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             try:
                 sock.bind((LOOPBACK, port))
