@@ -90,7 +90,7 @@ class Site:
         )
 
     def patch_hosts(self, spec: dict) -> None:
-        """Every host of the site's spec patched (merge), as the infra team would."""
+        """Every host of the site's spec patched (merge), as the infra team would, in name order (the API lists so)."""
         hosts = self.api("BareMetalHost")
         for host in hosts.get(namespace=self.namespace).items:
             hosts.patch(
@@ -117,13 +117,6 @@ class Site:
     def operation(self, name: str) -> dict:
         """The provisioner's operation in flight on a host (its annotation), {} when none."""
         return json.loads((self.read(name)["metadata"].get("annotations") or {}).get(OPERATION_ANNOTATION) or "{}")
-
-    def ask(self, names: list[str], spec: dict) -> None:
-        """Merge `spec` into each host's spec (image and online, as a bound claim's sync writes them), in order."""
-        for name in names:
-            self.api("BareMetalHost").patch(
-                body={"spec": spec}, name=name, namespace=self.namespace, content_type="application/merge-patch+json"
-            )
 
     def provision(self, wait: float = 0, diff: bool = False, check_mode: bool = False, **options) -> dict:
         args = {"namespaces": [self.namespace], "wait": wait, **FAST, **self.as_provisioner(), **options}

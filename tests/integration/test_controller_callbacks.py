@@ -27,7 +27,7 @@ def test_a_writers_callback_steps_exactly_its_host_at_once(devenv, site, files, 
     operation = site.operation
 
     try:
-        site.ask(["h0", "h1"], {"image": IMAGE, "online": True})
+        site.patch_hosts({"image": IMAGE, "online": True})
         for name in ("h0", "h1"):  # each writer booted: media in, powered, waiting for its callback
             eventually(
                 lambda name=name: operation(name).get("powered"), timeout=60, message=f"{name}\n{provisioner.output()}"

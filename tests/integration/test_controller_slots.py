@@ -31,7 +31,7 @@ def test_a_host_giving_up_its_slot_starts_the_waiting_host_at_once(devenv, site,
         return (site.read("h1").get("status") or {}).get("operationalStatus") == "delayed"
 
     try:
-        site.ask(["h0", "h1"], {"image": IMAGE, "online": True})  # h0 first: the slot goes in name order
+        site.patch_hosts({"image": IMAGE, "online": True})  # h0 first: the slot goes in name order
         eventually(lambda: operation("h0").get("powered"), timeout=60, message=provisioner.output())
         eventually(delayed, timeout=30, message=provisioner.output())
         assert site.state("h1") == "available" and site.state("h0") == "provisioning"
