@@ -14,20 +14,17 @@ from kubernetes.client.exceptions import ApiException
 from metalclaim_dev import REPO_ROOT
 from metalclaim_dev.devenv.processes import free_port  # noqa: F401 (the tests' and benches' import)
 
-USER_GUIDE = REPO_ROOT.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt"
+# Metal3's HostClaim walkthrough as a team coming from Metal3 writes it (the fixture says what each document is).
+METAL3_WALKTHROUGH = REPO_ROOT / "tests" / "fixtures" / "metal3_hostclaim_walkthrough.yaml"
 
 
-def guide_yaml_blocks() -> list[str]:
-    return re.findall(r"```yaml\n(.*?)```", USER_GUIDE.read_text(), flags=re.S)
-
-
-def guide_object(kind: str) -> tuple[str, dict]:
-    """The first YAML block of the guide whose kind is `kind`: (verbatim text, parsed)."""
-    for block in guide_yaml_blocks():
-        parsed = yaml.safe_load(block)
+def walkthrough_object(kind: str) -> tuple[str, dict]:
+    """The walkthrough's document of kind `kind`: (its text as written, to apply verbatim; parsed)."""
+    for text in re.split(r"^---$", METAL3_WALKTHROUGH.read_text(), flags=re.M):
+        parsed = yaml.safe_load(text)
         if isinstance(parsed, dict) and parsed.get("kind") == kind:
-            return block, parsed
-    raise LookupError(f"no {kind} in {USER_GUIDE}")
+            return text, parsed
+    raise LookupError(f"no {kind} in {METAL3_WALKTHROUGH}")
 
 
 def manifest_objects(docs) -> list[dict]:

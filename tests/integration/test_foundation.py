@@ -11,7 +11,7 @@ import uuid
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from metalclaim_dev.support import REPO_ROOT, eventually, guide_object, status_of
+from metalclaim_dev.support import REPO_ROOT, eventually, status_of, walkthrough_object
 
 INFRA = "infrahost"
 TENANT_A = "cluster-ns"
@@ -39,11 +39,11 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-# -- the user guide's YAML applies verbatim ------------------------------------------------------
+# -- Metal3's HostClaim walkthrough applies verbatim ------------------------------------------------------
 
 
-def test_guide_policy_applies_verbatim_as_infra(devenv, clients):
-    text, parsed = guide_object("HostDeployPolicy")
+def test_walkthrough_policy_applies_verbatim_as_infra(devenv, clients):
+    text, parsed = walkthrough_object("HostDeployPolicy")
     devenv.kubectl("infra", "apply", "-f", "-", stdin=text)
     try:
         policy = resource(clients, "infra", "HostDeployPolicy").get(name="policy", namespace=INFRA)
@@ -52,8 +52,8 @@ def test_guide_policy_applies_verbatim_as_infra(devenv, clients):
         devenv.kubectl("infra", "delete", "--wait=false", "-f", "-", stdin=text)
 
 
-def test_guide_claim_applies_verbatim_as_tenant(devenv, clients):
-    text, parsed = guide_object("HostClaim")
+def test_walkthrough_claim_applies_verbatim_as_tenant(devenv, clients):
+    text, parsed = walkthrough_object("HostClaim")
     # Strict field validation (kubectl's default) rejects any field our schema lacks.
     result = devenv.kubectl("tenant-a", "apply", "--validate=strict", "-f", "-", stdin=text)
     try:

@@ -2,8 +2,8 @@
 
 * every CRD is structural-looking (every schema node has a type, no forbidden
   constructs) and carries the names / version / subresource / columns we rely on;
-* the HostClaim and HostDeployPolicy YAML of the user guide (the seed document)
-  and its ``kubectl patch`` payloads only use fields the schemas declare;
+* the HostClaim and HostDeployPolicy of Metal3's HostClaim walkthrough (tests/fixtures), its status
+  examples and its merge patches only use fields the schemas declare;
 * an existing Metal3 BareMetalHost inventory (tests/fixtures) applies unchanged;
 * the HostClaim selector operators (every Metal3 and Kubernetes spelling) and their number of
   values agree between the CRD and the admission policies of config/admission.
@@ -14,10 +14,7 @@ checks types, enums, patterns and required fields. Formats (date-time) and
 CEL rules (x-kubernetes-validations) are left to the API server.
 """
 
-import json
-import os
 import re
-import shlex
 from pathlib import Path
 
 import pytest
@@ -29,13 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 CRD_DIR = REPO / "config" / "crd"
 ADMISSION_DIR = REPO / "config" / "admission"
 FIXTURES = REPO / "tests" / "fixtures"
-SEED_GUIDE = Path(
-    os.environ.get(
-        "METALCLAIM_SEED_GUIDE",
-        REPO.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt",
-    )
-)
-
+WALKTHROUGH = "metal3_hostclaim_walkthrough.yaml"
 GROUP = "metal3.io"
 CRD_FILES = {
     "HostClaim": "metal3.io_hostclaims.yaml",
@@ -69,34 +60,9 @@ def openapi_schema(kind):
     return versions[0]["schema"]["openAPIV3Schema"]
 
 
-def seed_guide_text():
-    if not SEED_GUIDE.is_file():
-        pytest.fail(f"user guide not found at {SEED_GUIDE} (set METALCLAIM_SEED_GUIDE to its path)")
-    return SEED_GUIDE.read_text()
-
-
-def guide_yaml_docs():
-    """All YAML documents of the ```yaml blocks of the user guide, in order."""
-    blocks = re.findall(r"```yaml\n(.*?)```", seed_guide_text(), re.S)
-    docs = []
-    for block in blocks:
-        docs.extend(d for d in yaml.safe_load_all(block) if d is not None)
-    return docs
-
-
-def guide_patches(resource):
-    """JSON merge-patch payloads of the guide's `kubectl patch <resource>` commands."""
-    shell_blocks = re.findall(r"```shell\n(.*?)```", seed_guide_text(), re.S)
-    patches = []
-    for block in shell_blocks:
-        for line in block.splitlines():
-            if not line.startswith("kubectl patch"):
-                continue
-            argv = shlex.split(line)
-            if argv[2] != resource:
-                continue
-            patches.append(json.loads(argv[argv.index("-p") + 1]))
-    return patches
+def walkthrough_docs():
+    """Metal3's HostClaim walkthrough (tests/fixtures): its objects, status fragments and merge patches, in order."""
+    return fixture_docs(WALKTHROUGH)
 
 
 def fixture_docs(name):
@@ -361,28 +327,27 @@ def test_checker_honors_preserve_unknown_fields():
     assert check_instance(status, openapi_schema("HostClaim"), required=False) == []
 
 
-# --------------------------------------------------------------------------- the user guide
-def test_guide_hostclaim_and_hostdeploypolicy_apply_verbatim():
-    docs = guide_yaml_docs()
-    full = [d for d in docs if "kind" in d]
-    assert sorted(d["kind"] for d in full) == ["HostClaim", "HostDeployPolicy"], "the guide changed: review this test"
+# --------------------------------------------------------------------------- Metal3's walkthrough
+def test_walkthrough_hostclaim_and_hostdeploypolicy_apply_verbatim():
+    full = [d for d in walkthrough_docs() if "kind" in d]
+    assert sorted(d["kind"] for d in full) == ["HostClaim", "HostDeployPolicy"], "the fixture changed: review this test"
     for doc in full:
         assert doc["apiVersion"] == f"{GROUP}/v1alpha1"
         assert_valid(doc, doc["kind"])
 
 
-def test_guide_hostclaim_status_examples_fit_the_status_schema():
-    fragments = [d for d in guide_yaml_docs() if "kind" not in d]
-    assert len(fragments) == 2 and all(set(f) == {"status"} for f in fragments), "the guide changed: review this test"
+def test_walkthrough_hostclaim_status_examples_fit_the_status_schema():
+    fragments = [d for d in walkthrough_docs() if set(d) == {"status"}]
+    assert len(fragments) == 2, "the fixture changed: review this test"
     for fragment in fragments:
         assert_valid(fragment, "HostClaim", required=True)
         types = {c["type"] for c in fragment["status"]["conditions"]}
         assert {"Ready", "Association", "Provisioned", "Synchronization"} <= types
 
 
-def test_guide_hostclaim_patches_fit_the_spec_schema():
-    patches = guide_patches("hostclaim")
-    assert len(patches) == 2, "the guide changed: review this test"
+def test_walkthrough_hostclaim_patches_fit_the_spec_schema():
+    patches = [d for d in walkthrough_docs() if set(d) == {"spec"}]
+    assert len(patches) == 2, "the fixture changed: review this test"
     for patch in patches:
         assert_valid(patch, "HostClaim", required=False)
 

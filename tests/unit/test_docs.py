@@ -100,6 +100,20 @@ def test_the_guides_show_the_samples_as_they_are():
             assert yaml.safe_load(sample.read_text()) in blocks, f"{sample.name} is not shown as is in docs/*-guide.md"
 
 
+def test_the_guides_show_metal3s_walkthrough_objects_as_they_are():
+    """The policy and claim of Metal3's walkthrough (tests/fixtures, applied by test_foundation.py) are guide blocks."""
+    blocks = [
+        yaml.safe_load(block)
+        for page in DOCS.glob("*-guide.md")
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.DOTALL)
+    ]
+    walkthrough = REPO_ROOT / "tests" / "fixtures" / "metal3_hostclaim_walkthrough.yaml"
+    objects = [doc for doc in yaml.safe_load_all(walkthrough.read_text()) if doc and "kind" in doc]
+    assert sorted(doc["kind"] for doc in objects) == ["HostClaim", "HostDeployPolicy"]
+    for doc in objects:
+        assert doc in blocks, f"the walkthrough's {doc['kind']} is not shown as is in docs/*-guide.md"
+
+
 def test_every_tenant_condition_reason_is_in_the_infra_guide():
     """Each reason a Tenant's conditions can carry (the tenant step's and its hooks') is in the infra guide's table."""
     from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks, tenant

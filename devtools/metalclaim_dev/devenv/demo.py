@@ -1,12 +1,13 @@
-"""The user guide's scenario on a local fleet, driven by the controller; people only use kubectl.
+"""The guides' scenario on a local fleet, driven by the controller; people only use kubectl.
 
     python -m metalclaim_dev.devenv.demo --dir .devenv --hosts 4
 
 Brings the devenv up (control plane + Redfish emulator + registered BareMetalHosts), starts the
 controller as two processes of its own - the claim side as the `controller` identity, the Redfish
-provisioner as the `provisioner` identity - then plays the guide with kubectl alone, as the infra team
-and a tenant would: the fleet is registered and inspected, the infra team applies the guide's
-HostDeployPolicy, the tenant applies the guide's HostClaim and watches it become Associated, sets
+provisioner as the `provisioner` identity - then plays the guides with kubectl alone, as the infra team
+and a tenant would: the fleet is registered and inspected, the infra team applies the infra guide's
+HostDeployPolicy, the tenant the tenant guide's Secret and HostClaim (config/samples/, as the guides show
+them) and watches it become Associated, sets
 `online` and a live ISO and watches it become Provisioned, deletes it and the infra team watches the host
 released. Each wait is a `kubectl get --watch`; the time of each step is printed at the end. The
 controllers log to <dir>/demo/ and are stopped (SIGTERM) at the end or on Ctrl-C; the devenv keeps running.
@@ -16,9 +17,9 @@ A live ISO needs none; a released host's `Cleaned` condition says `CleaningUnsup
 
     python -m metalclaim_dev.devenv.demo --dir .devenv --vms 1        (make demo-vm; root, libvirtd and QEMU)
 
-The same guide on real VMs (metalclaim_dev.devenv.vms): the provisioner side gets the deploy ISO (built once from
+The same on real VMs (metalclaim_dev.devenv.vms): the provisioner side gets the deploy ISO (built once from
 Debian packages, cached) and the devenv's media server; the tenant sets a disk image built here (its checksum,
-the guide's userData) instead of a live ISO; once Provisioned, the VM's serial console is shown as it boots
+the sample's userData) instead of a live ISO; once Provisioned, the VM's serial console is shown as it boots
 the image from its disk; the claim's deletion cleans the disk (metadata) before the host is available again.
 """
 
@@ -50,7 +51,7 @@ from . import REPO_ROOT, images
 from .env import INFRA_NAMESPACE, TENANT_NAMESPACES, Devenv
 from .processes import DevenvError, free_port
 
-GUIDE = REPO_ROOT.parent / "shared" / "seeds" / "000_1b8e7e2e89d67340.txt"
+SAMPLES = REPO_ROOT / "config" / "samples"  # the guides' YAML, as they show it (tests/unit/test_docs.py)
 TENANT = "tenant-a"
 CLAIM = "my-hostclaim"
 # side of the controller -> the devenv identity it runs as (each side's least-privilege ClusterRole)
@@ -60,11 +61,15 @@ VM_DISK_MARKER = "metalclaim demo: this VM booted the tenant's disk image"
 SERIAL_LINES = 25  # the end of the provisioned VM's serial console shown
 
 
-def guide_block(kind: str) -> str:
-    for block in re.findall(r"```yaml\n(.*?)```", GUIDE.read_text(), flags=re.S):
-        if re.search(rf"^kind: {kind}$", block, flags=re.M):
-            return block
-    raise DevenvError(f"the user guide {GUIDE} has no {kind} block")
+def apply_sample(env: Devenv, identity: str, name: str) -> None:
+    """`kubectl apply -f config/samples/<name>` as the guide that shows the sample says, as `identity`."""
+    path = SAMPLES / name
+    shown = path.relative_to(REPO_ROOT) if Path.cwd() == REPO_ROOT else path
+    print(f"[{identity}] $ kubectl apply -f {shown}", flush=True)
+    result = env.kubectl(identity, "apply", "-f", str(path), check=False)
+    print((result.stdout or result.stderr).rstrip(), flush=True)
+    if result.returncode != 0:
+        raise DevenvError(f"kubectl apply -f {shown} as {identity} failed: {result.stderr.strip()}")
 
 
 def step(title: str) -> None:
@@ -380,17 +385,13 @@ def play(env: Devenv, image: dict, timings: dict[str, float]) -> None:
     timed(f"fleet registered and inspected ({fleet_size} hosts)", started)
     kubectl(env, "infra", "get", "hardwaredata", "-n", INFRA_NAMESPACE)
 
-    step("The infra team applies the guide's HostDeployPolicy")
-    kubectl(env, "infra", "apply", "-f", "-", stdin=guide_block("HostDeployPolicy"))
+    step("The infra team applies the infra guide's HostDeployPolicy")
+    apply_sample(env, "infra", "hostdeploypolicy.yaml")
 
-    step(f"The tenant ({TENANT}) creates its userData Secret and the guide's HostClaim in {tenant_ns}")
-    secret = env.kubectl(
-        TENANT, "create", "secret", "generic", "my-userdata", "-n", tenant_ns,
-        "--from-literal=userData=#cloud-config\nhostname: demo\n", "--dry-run=client", "-o", "yaml",
-    ).stdout  # fmt: skip
-    kubectl(env, TENANT, "apply", "-f", "-", stdin=secret)
+    step(f"The tenant ({TENANT}) applies the tenant guide's userData Secret and HostClaim in {tenant_ns}")
+    apply_sample(env, TENANT, "userdata_secret.yaml")
     started = time.monotonic()
-    kubectl(env, TENANT, "apply", "-f", "-", stdin=guide_block("HostClaim"))
+    apply_sample(env, TENANT, "hostclaim.yaml")
     found = Watch(env, TENANT, *claims).until(lambda f: condition_true(f, "Association"), describe_claim, started)
     timed("claim applied -> Associated", started)
     print_conditions(found[CLAIM])
@@ -408,13 +409,11 @@ def play(env: Devenv, image: dict, timings: dict[str, float]) -> None:
 
     on_vms = "vms" in env.state
     if on_vms:
-        step("The tenant deploys a disk image: online: true, the image built here and its checksum (the guide's")
-        print("   qcow2 URL is not reachable from here; the deploy ISO writes the image and the userData config drive)")
+        step("The tenant deploys a disk image: online: true, the image built here and its checksum (the tenant")
+        print("   guide's step 2; the deploy ISO writes the image and the userData config drive)")
         offsets = serial_sizes(env)
     else:
-        step(
-            "The tenant boots a live ISO: online: true (the guide's provisioning step; its qcow2 URL is not reachable)"
-        )
+        step("The tenant boots a live ISO: online: true and an image (the tenant guide's step 2; an ISO served here)")
     patch = json.dumps({"spec": {"online": True, "image": image}})
     started = time.monotonic()
     kubectl(env, TENANT, "patch", "hostclaim", CLAIM, "-n", tenant_ns, "--type=merge", "-p", patch)

@@ -22,7 +22,7 @@ STATE_FILE = "devenv.json"
 CONFIG_DIR = REPO_ROOT / "config"
 
 INFRA_NAMESPACE = "infrahost"
-# tenant identity -> its namespace; tenant-a owns the user guide's `cluster-ns`.
+# tenant identity -> its namespace; tenant-a owns the guides' `cluster-ns`.
 TENANT_NAMESPACES = {"tenant-a": "cluster-ns", "tenant-b": "tenant-b"}
 HOST_PREFIX = "bm"
 CLAIMS_USER = IDENTITIES["controller"][0]  # the controller's claim side
