@@ -20,7 +20,7 @@ import threading
 
 from . import collection
 from .cgroup import cpu_limit, slots_for
-from .settings import Settings, boolean, conflicts, duration, flags
+from .settings import GROUPS, Settings, boolean, conflicts, duration, flags  # noqa: F401 (duration: the tests')
 
 ENV_PREFIX = "METALCLAIM_"
 _bool = boolean  # the parsers the flags' tests name
@@ -38,7 +38,7 @@ def _version() -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    """One flag per Settings field (settings.py), in the order of its fields."""
+    """One flag per Settings field (settings.py), in the sections its metadata names, in the order of its fields."""
     p = argparse.ArgumentParser(
         prog="metalclaim-controller",
         usage="%(prog)s [flags]  (--help lists them)",
@@ -47,20 +47,18 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sections = {title: p.add_argument_group(title) for title in GROUPS}
     for _name, flag in flags():
-        kwargs = {}
+        kwargs = {"metavar": flag.shown_metavar}
         if flag.parse is boolean:  # alone: true (--leader-elect), as Kubernetes components take their boolean flags
-            kwargs.update(nargs="?", const=True, metavar="true|false")
-        elif flag.parse is duration:
-            kwargs["metavar"] = "DURATION"
+            kwargs.update(nargs="?", const=True)
         if flag.choices is not None:
             kwargs["choices"] = flag.choices
-        p.add_argument(
-            flag.name,
-            default=_env(flag.name, flag.default_text()),
-            type=flag.parse,
-            help=f"{flag.help} (default: %(default)s)",
-            **kwargs,
+        default = _env(flag.name, flag.default)
+        # A default made at start (--identity) is described, never made here: --help says the same each time.
+        shown = flag.shown if flag.shown and default == flag.default else "%(default)s"
+        sections[flag.group].add_argument(
+            flag.name, default=default, type=flag.parse, help=f"{flag.help} (default: {shown})", **kwargs
         )
     return p
 

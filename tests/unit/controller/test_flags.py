@@ -3,6 +3,8 @@ one line (exit 1) for what the flags cannot tell, a missing collection or a bad 
 
 from __future__ import annotations
 
+import re
+import socket
 import subprocess
 import sys
 
@@ -10,6 +12,8 @@ import pytest
 from kubernetes.config import kube_config
 
 from metalclaim.controller import __main__ as cli
+from metalclaim.controller import settings
+from metalclaim.controller.settings import Settings
 
 DURATION_FLAGS = sorted(action.option_strings[0] for action in cli.parser()._actions if action.type is cli.duration)
 
@@ -58,6 +62,46 @@ def test_each_flag_is_defined_once_and_its_default_shown_as_written():
     assert (args.leader_elect_lease_duration, args.grace_period, args.standby_max_age) == (15.0, 20.0, 300.0)
     help_text = " ".join(cli.parser().format_help().split())  # as wrapped to any width
     assert "(default: 10m)" in help_text and "(default: 250ms)" in help_text
+
+
+def test_help_lists_every_flag_in_its_section_with_one_metavar_style():
+    sections = {group.title: group for group in cli.parser()._action_groups}
+    assert [title for title in sections if title in settings.GROUPS] == list(settings.GROUPS)
+    placed = {}
+    for title in settings.GROUPS:
+        actions = sections[title]._group_actions
+        assert actions, f"section {title!r} lists no flag"
+        placed |= {action.option_strings[0]: title for action in actions}
+    assert sorted(placed) == sorted(flag.name for _name, flag in settings.flags())
+    assert placed["--kubeconfig"] == "API server and sides" and placed["--identity"] == "leader election"
+    assert placed["--metrics-bind-address"] == placed["--health-probe-bind-address"] == "metrics and health"
+    assert placed["--deploy-iso-url"] == "provisioner side" and placed["--kinds"] == "claim side"
+    for action in (a for title in settings.GROUPS for a in sections[title]._group_actions):
+        assert re.fullmatch(r"[A-Z]+(/[A-Z]+)?", action.metavar), (action.option_strings, action.metavar)
+    metavars = {a.option_strings[0]: a.metavar for a in cli.parser()._actions if a.option_strings}
+    assert metavars["--resync-period"] == "DURATION" and metavars["--batch-max-size"] == "N"
+    assert metavars["--leader-elect"] == "BOOL" and metavars["--metrics-bind-address"] == "ADDRESS"
+    help_text = cli.parser().format_help()
+    assert "--leader-elect [BOOL]" in help_text and "--kubeconfig PATH" in help_text
+    assert "\nmetrics and health:\n" in help_text
+
+
+def test_help_is_the_same_at_each_call_and_the_identity_is_made_at_start(monkeypatch):
+    monkeypatch.delenv("METALCLAIM_IDENTITY", raising=False)
+    first, second = cli.parser().format_help(), cli.parser().format_help()
+    assert first == second
+    assert f"(default: {settings.IDENTITY_SHOWN})" in " ".join(first.split())
+    # Made once per Settings (a process makes one at start), from this host's name, distinct each time.
+    one, two = Settings().identity, Settings().identity
+    assert one != two and one.startswith(f"{socket.gethostname()}_")
+    p = cli.parser()
+    made = cli.settings_from(p, p.parse_args([]), late=False)["identity"]
+    assert made.startswith(f"{socket.gethostname()}_") and len(made) > len(socket.gethostname()) + 1
+    assert cli.settings_from(p, p.parse_args(["--identity", "pod-0"]), late=False)["identity"] == "pod-0"
+    monkeypatch.setenv("METALCLAIM_IDENTITY", "pod-1")  # as the Deployments set it: shown as given
+    p = cli.parser()
+    assert "(default: pod-1)" in p.format_help()
+    assert cli.settings_from(p, p.parse_args([]), late=False)["identity"] == "pod-1"
 
 
 def test_a_duration_from_the_environment(monkeypatch):
