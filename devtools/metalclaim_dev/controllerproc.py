@@ -17,7 +17,11 @@ from metalclaim_dev.support import REPO_ROOT, eventually, free_port
 
 class ControllerProcess:
     """`metalclaim-controller` with *args as its own process: metrics and health on free ports, its private data
-    in <directory>/runner, its log (JSON lines) in <directory>/controller.log."""
+    in <directory>/runner, its log (JSON lines) in <directory>/controller.log.
+
+    Its /metrics is plain HTTP on loopback, said explicitly (METALCLAIM_METRICS_SECURE=false), for the tests and
+    benches that read it with `samples`/`metric`; secure_metrics=True leaves the controller's default, HTTPS behind
+    a TokenReview and a SubjectAccessReview (`metrics_url`; tests/integration/test_metrics_auth.py)."""
 
     stop_timeout = 30  # seconds SIGTERM has before SIGKILL
 
@@ -32,10 +36,12 @@ class ControllerProcess:
         cwd=None,
         resync_period: str | None = "3600",
         ready_timeout: float = 30,
+        secure_metrics: bool = False,
     ):
         """command, env (the whole environment) and cwd run another install of the controller; by default
         this checkout's, with its collections path. resync_period: METALCLAIM_RESYNC_PERIOD (None: the
         controller's own default)."""
+        self.secure_metrics = secure_metrics
         self.metrics_port, self.health_port = free_port(), free_port()
         directory.mkdir(parents=True, exist_ok=True)
         self.private = directory / "runner"
@@ -45,6 +51,11 @@ class ControllerProcess:
             env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO_ROOT / ".collections")}
         if resync_period is not None:
             env = {**env, "METALCLAIM_RESYNC_PERIOD": resync_period}
+        # The flag's variable, not the flag: a controller of an older checkout (bench --old-rev) knows no
+        # --metrics-secure, and serves plain HTTP anyway.
+        env = {key: value for key, value in env.items() if key != "METALCLAIM_METRICS_SECURE"}
+        if not secure_metrics:
+            env["METALCLAIM_METRICS_SECURE"] = "false"
         self.argv = [
             *command,
             *(["--kubeconfig", devenv.kubeconfig(kubeconfig_identity)] if kubeconfig_identity else []),
@@ -71,6 +82,10 @@ class ControllerProcess:
             self.stop()
             raise AssertionError(f"{error}:\n{self.output()}") from None
 
+    @property
+    def metrics_url(self) -> str:
+        return f"{'https' if self.secure_metrics else 'http'}://127.0.0.1:{self.metrics_port}/metrics"
+
     def get(self, port: int, path: str) -> tuple[int, str]:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
@@ -82,15 +97,10 @@ class ControllerProcess:
             return 0, ""
 
     def samples(self) -> list[tuple[str, dict, float]]:
-        """Every Prometheus sample of /metrics: (name, labels, value)."""
+        """Every Prometheus sample of /metrics (plain HTTP: secure_metrics False): (name, labels, value)."""
+        assert not self.secure_metrics, "samples() reads plain /metrics: read a secure one with a token"
         _status, text = self.get(self.metrics_port, "/metrics")
-        found = []
-        for line in text.splitlines():
-            match = re.match(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})? (\S+)$", line)
-            if match:
-                labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(2) or ""))
-                found.append((match.group(1), labels, float(match.group(3))))
-        return found
+        return prometheus_samples(text)
 
     def metric(self, name: str, **labels) -> float:
         """Sum of a metric's samples whose labels include `labels`."""
@@ -118,6 +128,17 @@ class ControllerProcess:
                 self.process.wait(10)
         self.log.close()
         return time.monotonic() - started
+
+
+def prometheus_samples(text: str) -> list[tuple[str, dict, float]]:
+    """Every sample of a Prometheus text exposition: (name, labels, value)."""
+    found = []
+    for line in text.splitlines():
+        match = re.match(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})? (\S+)$", line)
+        if match:
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', match.group(2) or ""))
+            found.append((match.group(1), labels, float(match.group(3))))
+    return found
 
 
 def claim_side(rack: Rack, leader_elect: bool = False) -> list[str]:

@@ -82,7 +82,7 @@ def overlay(directory: Path, image: str, apiserver: str, ports: dict[str, int]) 
             {"op": "add", "path": f"{base}/args/-", "value": f"--metrics-bind-address=127.0.0.1:{metrics}"},
             {"op": "add", "path": f"{base}/args/-", "value": f"--health-probe-bind-address=127.0.0.1:{probes}"},
             *({"op": "add", "path": f"{base}/env/-", "value": env} for env in service_env),
-            *on_loopback(0, {"metrics": metrics, "probes": probes}, "probes"),
+            *on_loopback(0, {"https": metrics, "probes": probes}, "probes"),  # /metrics: HTTPS, as shipped
         ]
 
     claims = [

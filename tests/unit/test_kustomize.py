@@ -160,14 +160,16 @@ def test_default_renders_one_namespace_and_no_fixed_one(default):
 def test_the_metrics_service_reaches_both_sides(default):
     service = default["Service", NAMESPACE, "metalclaim-metrics"]
     (service_port,) = service["spec"]["ports"]
+    assert (service_port["name"], service_port["port"], service_port["targetPort"]) == ("https", 8443, "https")
     for name in ("metalclaim-controller", "metalclaim-provisioner"):
         deploy = deployment(default, name)
         assert selects(service, deploy), name
         controller = container(deploy, "controller")
-        assert service_port["targetPort"] == "metrics"
-        assert flag(controller, "metrics-bind-address") == f":{port(controller, 'metrics')}"
+        # /metrics over HTTPS behind a token and a right (--metrics-secure), on 8443 as kubebuilder projects serve it.
+        assert flag(controller, "metrics-bind-address") == f":{port(controller, 'https')}" == ":8443"
+        assert flag(controller, "metrics-secure") == "true"
         assert flag(controller, "health-probe-bind-address") == f":{port(controller, 'probes')}"
-        assert port(controller, "metrics") != port(controller, "probes")
+        assert port(controller, "https") != port(controller, "probes")
         for probe in ("livenessProbe", "readinessProbe"):
             assert controller[probe]["httpGet"]["port"] == "probes", (name, probe)
     # The probes stay the kubelet's: no Service exposes them.
@@ -196,7 +198,7 @@ def test_the_media_server_runs_beside_the_provisioner(default):
     assert names.index("POD_NAMESPACE") < names.index("MEDIA_URL"), "$(POD_NAMESPACE) expands only once defined"
     media_port = port(media, "media")
     assert flag(media, "port") == str(media_port) and flag(media, "listen") == "0.0.0.0"
-    assert media_port not in (port(provisioner, "probes"), port(provisioner, "metrics"))
+    assert media_port not in (port(provisioner, "probes"), port(provisioner, "https"))
     for probe in ("livenessProbe", "readinessProbe"):
         assert media[probe]["httpGet"] == {"path": "/healthz", "port": "media"}
     service = default["Service", NAMESPACE, "metalclaim-media"]
@@ -215,6 +217,49 @@ def test_both_sides_run_standby_runs_and_elect_in_their_namespace(default):
         assert flag(controller, "leader-election-namespace") == "$(POD_NAMESPACE)", name
         env = {e["name"]: e for e in controller["env"]}
         assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+def _rules(role: dict) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+        for verb in rule["verbs"]
+    }
+
+
+def test_both_sides_may_review_a_scraper_and_a_reader_role_grants_metrics(default):
+    """Each side's ServiceAccount creates the TokenReview and SubjectAccessReview its /metrics asks for; reading
+    /metrics is the right of metalclaim-metrics-reader, and of no role the shipped bindings give."""
+    reviews = {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    }
+    bindings = [obj for k, obj in default.items() if k[0] == "ClusterRoleBinding"]
+    bound = {b["subjects"][0]["name"]: b["roleRef"]["name"] for b in bindings}
+    for name in ("metalclaim-controller", "metalclaim-provisioner"):
+        account = deployment(default, name)["spec"]["template"]["spec"]["serviceAccountName"]
+        role = default["ClusterRole", "", bound[account]]
+        assert reviews <= _rules(role), name
+    reader = default["ClusterRole", "", "metalclaim-metrics-reader"]
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert "metalclaim-metrics-reader" not in {b["roleRef"]["name"] for b in bindings}  # yours to bind
+    others = [k for k, obj in default.items() if k[0] == "ClusterRole" and k[2] != "metalclaim-metrics-reader"]
+    assert not [k for k in others if any("nonResourceURLs" in r for r in default[k]["rules"])]
+
+
+def test_the_install_role_applies_every_rbac_manifest_kustomize_does():
+    """roles/install and config/rbac/kustomization.yaml install the same files (the leader-election Roles by a task
+    of their own, which adds the Leases)."""
+    tasks = yaml.safe_load((REPO / "roles" / "install" / "tasks" / "main.yml").read_text())
+    task = next(t for t in tasks if t.get("name", "").startswith("Apply the ClusterRoles"))
+    applied = task["vars"]["_files"]
+    kustomization = yaml.safe_load((CONFIG / "rbac" / "kustomization.yaml").read_text())
+    assert sorted([*applied, "leader_election_role.yaml"]) == sorted(kustomization["resources"])
+    assert "metrics_reader_role.yaml" in applied
+    on_disk = sorted(p.name for p in (CONFIG / "rbac").glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(kustomization["resources"]) == on_disk
 
 
 def test_every_object_carries_the_recommended_labels(default):

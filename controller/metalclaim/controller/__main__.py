@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import http.server
 import importlib.metadata
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
+import time
 
-from . import collection
+from . import collection, serving
 from .cgroup import cpu_limit, slots_for
 from .settings import GROUPS, Settings, boolean, conflicts, duration, flags  # noqa: F401 (duration: the tests')
 
@@ -94,32 +95,6 @@ def _resolved(settings: Settings) -> Settings:
     return dataclasses.replace(settings, runner_slots=settings.runner_slots or slots_for(cpu_limit()))
 
 
-def _serve(address: str, routes: dict) -> http.server.ThreadingHTTPServer | None:
-    if address in ("0", ""):
-        return None
-    host, _colon, port = address.rpartition(":")
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            route = routes.get(self.path.split("?")[0])
-            if route is None:
-                self.send_error(404)
-                return
-            status, content_type, body = route()
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_args):  # probes every few seconds: not worth a log line
-            pass
-
-    server = http.server.ThreadingHTTPServer((host or "0.0.0.0", int(port)), Handler)
-    threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
-    return server
-
-
 def _fail(message: str) -> int:
     """What the flags could not tell: one line, exit 1 (a flag error is argparse's: usage, exit 2)."""
     print(f"metalclaim-controller: error: {' '.join(message.split())}", file=sys.stderr)
@@ -139,6 +114,44 @@ def _api_client(kubeconfig: str):
         return kube_config.new_client_from_config()
 
 
+def _metrics_server(settings: Settings, controller, api_client):
+    """/metrics: over HTTPS behind a TokenReview and a SubjectAccessReview (metricsauth), or plain when told."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from .manager import log
+    from .metricsauth import Guard
+
+    routes = {"/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(controller.metrics.registry))}
+    if not settings.metrics_secure:
+        return serving.serve(settings.metrics_bind_address, routes)
+    if settings.metrics_bind_address in ("0", ""):
+        return None
+    try:
+        certificates = (
+            serving.Certificates.from_dir(settings.metrics_cert_dir)
+            if settings.metrics_cert_dir
+            else serving.Certificates.self_signed()
+        )
+    except (OSError, ssl.SSLError) as error:
+        raise ValueError(f"--metrics-cert-dir {settings.metrics_cert_dir}: {error}") from None
+    reviews = serving.ApiReviews(api_client)
+    guard = Guard(reviews.token, reviews.access, clock=time.monotonic, on_review=controller.metrics.reviewed)
+    return serving.serve(settings.metrics_bind_address, routes, certificates=certificates, guard=guard, log=log)
+
+
+def _probes_server(settings: Settings, controller):
+    """/healthz and /readyz: plain HTTP, for the kubelet."""
+    return serving.serve(
+        settings.health_probe_bind_address,
+        {
+            "/healthz": lambda: (200, "text/plain", b"ok\n") if controller.alive() else (500, "text/plain", b"dead\n"),
+            "/readyz": lambda: (
+                (200, "text/plain", b"ok\n") if controller.synced() else (503, "text/plain", b"stores not synced\n")
+            ),
+        },
+    )
+
+
 def main(argv=None) -> int:
     p = parser()
     args = p.parse_args(argv)
@@ -154,7 +167,6 @@ def main(argv=None) -> int:
     settings = _resolved(settings)
     import yaml
     from kubernetes.config import ConfigException
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
     from .manager import Controller
 
@@ -172,23 +184,10 @@ def main(argv=None) -> int:
     # Before the probes answer: a SIGTERM from the first moment stops the controller cleanly.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    servers = [
-        _serve(
-            settings.metrics_bind_address,
-            {"/metrics": lambda: (200, CONTENT_TYPE_LATEST, generate_latest(controller.metrics.registry))},
-        ),
-        _serve(
-            settings.health_probe_bind_address,
-            {
-                "/healthz": lambda: (
-                    (200, "text/plain", b"ok\n") if controller.alive() else (500, "text/plain", b"dead\n")
-                ),
-                "/readyz": lambda: (
-                    (200, "text/plain", b"ok\n") if controller.synced() else (503, "text/plain", b"stores not synced\n")
-                ),
-            },
-        ),
-    ]
+    try:
+        servers = [_metrics_server(settings, controller, api_client), _probes_server(settings, controller)]
+    except (OSError, ValueError) as error:  # the certificate files, or an address taken
+        return _fail(str(error))
     controller.start()
     while not stopping.wait(0.5) and not controller.stop.is_set():
         pass

@@ -88,9 +88,18 @@ class Metrics:
         self.standby_ready = Gauge(
             "metalclaim_standby_ready", "Standby runs started and waiting for a batch.", registry=r
         )
+        self.metrics_reviews = Counter(
+            "metalclaim_metrics_reviews_total",
+            "TokenReviews and SubjectAccessReviews made for the requests to /metrics (the answers kept aside).",
+            ["review"],
+            registry=r,
+        )
 
     def added(self, _key) -> None:
         self.adds.inc()
 
     def waited(self, _key, seconds: float) -> None:
         self.queue_seconds.observe(seconds)
+
+    def reviewed(self, review: str) -> None:
+        self.metrics_reviews.labels(review).inc()

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 
+from .metricsauth import ALLOWED_TTL, REFUSED_TTL
 from .runs import JOB_TIMEOUT
 from .scope import DEFAULT_SIDES, Scope, parse_shard, parse_sides, parse_subject
 
@@ -418,15 +419,33 @@ class Settings:
     # -- metrics and health
     metrics_bind_address: str = option(
         "--metrics-bind-address",
-        "127.0.0.1:8080",
-        "address of /metrics; 0 disables it",
+        "127.0.0.1:8443",
+        "address of /metrics (HTTPS, unless --metrics-secure=false); 0 disables it",
         group=SERVING_GROUP,
         metavar="ADDRESS",
+    )
+    metrics_secure: bool = option(
+        "--metrics-secure",
+        "true",
+        "serve /metrics over HTTPS to callers whose bearer token the API server authenticates (a TokenReview) and "
+        "authorizes for get /metrics (a SubjectAccessReview; ClusterRole metalclaim-metrics-reader): 401 without "
+        f"a valid token, 403 without the right; both reviews' answers kept {ALLOWED_TTL:g} s ({REFUSED_TTL:g} s when "
+        "refused). false: plain HTTP, anyone who reaches the address reads the metrics",
+        boolean,
+        group=SERVING_GROUP,
+    )
+    metrics_cert_dir: str = option(
+        "--metrics-cert-dir",
+        "",
+        "directory of the metrics serving certificate, tls.crt and tls.key (a cert-manager Secret, mounted), read "
+        "again when they change; empty: a self-signed certificate made in memory at start",
+        group=SERVING_GROUP,
+        metavar="PATH",
     )
     health_probe_bind_address: str = option(
         "--health-probe-bind-address",
         "127.0.0.1:8081",
-        "address of /healthz and /readyz; 0 disables them",
+        "address of /healthz and /readyz (plain HTTP, no authentication: the kubelet's); 0 disables them",
         group=SERVING_GROUP,
         metavar="ADDRESS",
     )
@@ -454,6 +473,9 @@ class Settings:
 
 def conflicts(values: dict) -> list[str]:
     """Why flags, each fine alone, do not go together (a flag error each)."""
+    why = []
     if values.get("mode") == "per-event" and values.get("standby"):
-        return ["--standby works in batch mode only (per-event is the baseline without it)"]
-    return []
+        why.append("--standby works in batch mode only (per-event is the baseline without it)")
+    if values.get("metrics_cert_dir") and values.get("metrics_secure") is False:
+        why.append("--metrics-cert-dir serves HTTPS: it goes with --metrics-secure=true only")
+    return why

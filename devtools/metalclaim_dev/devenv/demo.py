@@ -131,6 +131,7 @@ def start_controllers(
             "--private-data-dir", str(directory / side),
             "--health-probe-bind-address", health,
             "--metrics-bind-address", metrics,
+            "--metrics-secure=false",  # plain HTTP on loopback: the URL printed below, read with curl and no token
             *(provisioner_options if side == "provisioner" else ()),
         ]  # fmt: skip
         print(f"[{identity}] $ metalclaim-controller {' '.join(argv[3:])}")

@@ -7,6 +7,7 @@ import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from kubernetes.config import kube_config
@@ -74,7 +75,7 @@ def test_help_lists_every_flag_in_its_section_with_one_metavar_style():
         placed |= {action.option_strings[0]: title for action in actions}
     assert sorted(placed) == sorted(flag.name for _name, flag in settings.flags())
     assert placed["--kubeconfig"] == "API server and sides" and placed["--identity"] == "leader election"
-    assert placed["--metrics-bind-address"] == placed["--health-probe-bind-address"] == "metrics and health"
+    assert placed["--metrics-secure"] == placed["--health-probe-bind-address"] == "metrics and health"
     assert placed["--deploy-iso-url"] == "provisioner side" and placed["--kinds"] == "claim side"
     for action in (a for title in settings.GROUPS for a in sections[title]._group_actions):
         assert re.fullmatch(r"[A-Z]+(/[A-Z]+)?", action.metavar), (action.option_strings, action.metavar)
@@ -104,6 +105,17 @@ def test_help_is_the_same_at_each_call_and_the_identity_is_made_at_start(monkeyp
     assert cli.settings_from(p, p.parse_args([]), late=False)["identity"] == "pod-1"
 
 
+def test_metrics_are_secure_unless_told_and_a_cert_dir_needs_them_secure(capsys):
+    args = cli.parser().parse_args([])
+    assert (args.metrics_secure, args.metrics_bind_address, args.metrics_cert_dir) == (True, "127.0.0.1:8443", "")
+    assert Settings().metrics_secure is True
+    assert cli.parser().parse_args(["--metrics-secure=false"]).metrics_secure is False
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--metrics-secure=false", "--metrics-cert-dir", "/etc/metrics-tls"])
+    assert exit_.value.code == 2
+    assert "--metrics-cert-dir serves HTTPS" in capsys.readouterr().err
+
+
 def test_a_duration_from_the_environment(monkeypatch):
     monkeypatch.setenv("METALCLAIM_RESYNC_PERIOD", "1h")
     monkeypatch.setenv("METALCLAIM_GRACE_PERIOD", "45")
@@ -131,7 +143,7 @@ def test_a_boolean_flag_alone_is_true(argv, value):
 
 def test_every_boolean_flag_alone_is_true():
     booleans = [a.option_strings[0] for a in cli.parser()._actions if a.type is cli._bool]
-    assert sorted(booleans) == ["--leader-elect", "--standby", "--watch-secrets"]
+    assert sorted(booleans) == ["--leader-elect", "--metrics-secure", "--standby", "--watch-secrets"]
     for flag in booleans:
         assert getattr(cli.parser().parse_args([flag]), flag.lstrip("-").replace("-", "_")) is True
 
@@ -225,3 +237,17 @@ def test_the_command_prints_one_line_not_a_traceback(tmp_path):
     )
     assert result.returncode == 1, result.stderr
     _one_line(result.stderr)
+
+
+def test_a_metrics_cert_dir_without_its_pair_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("ANSIBLE_COLLECTIONS_PATH", str(Path(__file__).resolve().parents[3] / ".collections"))
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    argv = ["--kubeconfig", str(kubeconfig), "--metrics-cert-dir", str(tmp_path / "none")]
+    assert cli.main([*argv, "--health-probe-bind-address", "0"]) == 1
+    line = _one_line(capsys.readouterr().err)
+    assert f"--metrics-cert-dir {tmp_path / 'none'}: " in line
