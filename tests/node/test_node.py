@@ -4,8 +4,10 @@ The devenv's node (metalclaim_dev.devenv.node) has no kube-proxy or pod network 
 loopback, so a test overlay (written here, in the test's tmp dir) runs both Deployments with hostNetwork,
 KUBERNETES_SERVICE_HOST/PORT pointing at the API server, and every port (metrics, probes, media) on a free
 loopback port; one node, so the claim side runs one replica that a rollout replaces (maxSurge 0): its Lease
-passes from pod to pod. Everything else is config/default as shipped: read-only root, user 65532, the
-ServiceAccounts and their in-cluster token, the probes, the namespace bindings of config/components.
+passes from pod to pod. hostNetwork is beyond the restricted Pod Security profile the namespace enforces
+(config/namespace), so the overlay lowers its enforce and warn labels to privileged. Everything else is
+config/default as shipped: read-only root, user 65532, the ServiceAccounts and their in-cluster token, the probes,
+the namespace bindings of config/components.
 """
 
 from __future__ import annotations
@@ -106,6 +108,12 @@ def overlay(directory: Path, image: str, apiserver: str, ports: dict[str, int]) 
         {"op": "add", "path": "/spec/template/spec/containers/1/args/-", "value": f"--port={media}"},
         *on_loopback(1, {"media": media}, "media"),
     ]
+    # hostNetwork (above) is beyond the restricted profile the namespace enforces (and baseline). Added, not
+    # replaced: the config/ tree of a release before those labels (METALCLAIM_CONFIG_DIR) has none.
+    privileged = [
+        {"op": "add", "path": f"/metadata/labels/pod-security.kubernetes.io~1{mode}", "value": "privileged"}
+        for mode in ("enforce", "warn")
+    ]
     name, tag = image.rsplit(":", 1)
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization"}
     # As config/samples/overlay: the controller (config/default), one directory per namespace it serves, and
@@ -122,6 +130,7 @@ def overlay(directory: Path, image: str, apiserver: str, ports: dict[str, int]) 
             "resources": [os.path.relpath(CONFIG_DIR / "default", directory / "controller")],
             "images": [{"name": "metalclaim-controller", "newName": name, "newTag": tag}],
             "patches": [
+                json_patch({"kind": "Namespace"}, privileged),
                 json_patch({"kind": "Deployment", "name": "metalclaim-controller"}, claims),
                 json_patch({"kind": "Deployment", "name": "metalclaim-provisioner"}, provisioner),
             ],

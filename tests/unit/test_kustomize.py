@@ -8,7 +8,8 @@
   metalclaim-system (admission parameters, the policies' user names, paramRefs), none is mangled;
 * config/components/namespace-bindings renders, for the namespaces a kustomization names, the Secret RoleBindings
   the install role grants for install_infra_namespaces / _tenant_namespaces;
-* config/samples/overlay renders the lot, and follows its controller's namespace into the bindings' subjects.
+* config/samples/overlay renders the lot, and follows its controller's namespace into the bindings' subjects;
+* the namespace enforces the restricted Pod Security profile.
 
 kubectl is the devenv's (built by `make controlplane`, ~/.cache/metalclaim) or the one on PATH; without either
 the tests are skipped.
@@ -277,6 +278,17 @@ def test_every_object_carries_the_recommended_labels(default):
             "app.kubernetes.io/name",
             "app.kubernetes.io/component",
         }
+
+
+def test_the_namespace_enforces_the_restricted_pod_security_profile(default):
+    """tests/integration/test_pod_security.py: the API server admits both sides' pods there, and refuses others."""
+    labels = default["Namespace", "", NAMESPACE]["metadata"]["labels"]
+    for mode in ("enforce", "warn", "audit"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted", mode
+    # enforce pinned (an upgrade of the cluster never starts refusing the pods), warn and audit the server's latest.
+    assert re.fullmatch(r"v1\.\d+", labels["pod-security.kubernetes.io/enforce-version"])
+    assert labels["pod-security.kubernetes.io/warn-version"] == "latest"
+    assert labels["pod-security.kubernetes.io/audit-version"] == "latest"
 
 
 def _source_objects() -> dict[tuple[str, str], dict]:
