@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from metalclaim_dev.support import REPO_ROOT, run_playbook
 
@@ -99,3 +100,25 @@ def test_install_leaves_a_metal3_owned_crd_alone_unless_told(devenv, tmp_path):
             devenv.kubeconfig("admin"),
             {"install_metal3_crds_take_over": True},
         )
+
+
+def test_install_controller_applies_the_disruption_budgets_and_the_pod_security_labels(devenv, tmp_path):
+    """The controller as the role installs it is config/manager's and config/namespace's: each side's
+    PodDisruptionBudget as its file says, the namespace with its Pod Security labels (tests/unit/test_kustomize.py
+    checks the role lists every file)."""
+    results = run_playbook(tmp_path, PLAYBOOK, devenv.kubeconfig("admin"), {"install_controller": True})
+    assert not any(r["failed"] for r in results), results
+    for path in ("pod_disruption_budget.yaml", "provisioner_pod_disruption_budget.yaml"):
+        manifest = yaml.safe_load((REPO_ROOT / "config" / "manager" / path).read_text())
+        name, namespace = manifest["metadata"]["name"], manifest["metadata"]["namespace"]
+        applied, deployment = (
+            json.loads(devenv.kubectl("admin", "-n", namespace, "get", kind, name, "-o", "json").stdout)
+            for kind in ("pdb", "deployment")
+        )
+        assert applied["spec"] == manifest["spec"], path
+        assert applied["spec"]["selector"] == deployment["spec"]["selector"], path
+    shipped = yaml.safe_load((REPO_ROOT / "config" / "namespace" / "namespace.yaml").read_text())
+    labels = json.loads(devenv.kubectl("admin", "get", "namespace", "metalclaim-system", "-o", "json").stdout)
+    labels = labels["metadata"]["labels"]
+    security = {k: v for k, v in shipped["metadata"]["labels"].items() if k.startswith("pod-security.kubernetes.io/")}
+    assert security and {k: labels.get(k) for k in security} == security

@@ -9,7 +9,9 @@
 * config/components/namespace-bindings renders, for the namespaces a kustomization names, the Secret RoleBindings
   the install role grants for install_infra_namespaces / _tenant_namespaces;
 * config/samples/overlay renders the lot, and follows its controller's namespace into the bindings' subjects;
-* the namespace enforces the restricted Pod Security profile.
+* the namespace enforces the restricted Pod Security profile;
+* each side has a PodDisruptionBudget that selects its pods and never holds a drain for ever, and the install role
+  applies every file config/manager lists.
 
 kubectl is the devenv's (built by `make controlplane`, ~/.cache/metalclaim) or the one on PATH; without either
 the tests are skipped.
@@ -280,6 +282,49 @@ def test_every_object_carries_the_recommended_labels(default):
         }
 
 
+SIDES = ("metalclaim-controller", "metalclaim-provisioner")
+
+
+def _disruptions_allowed(budget: dict, replicas: int, healthy: int) -> int:
+    """The evictions a PodDisruptionBudget allows (the disruption controller's status.disruptionsAllowed) for a
+    Deployment of `replicas` pods of which `healthy` are Ready."""
+    spec = budget["spec"]
+    desired = replicas - spec["maxUnavailable"] if "maxUnavailable" in spec else spec["minAvailable"]
+    return max(0, healthy - desired)
+
+
+def test_each_side_has_a_disruption_budget_that_never_holds_a_drain_for_ever(default):
+    budgets = {k[2]: obj for k, obj in default.items() if k[0] == "PodDisruptionBudget"}
+    assert sorted(budgets) == sorted(SIDES), "one budget per side, named for its Deployment"
+    for name, budget in budgets.items():
+        deploy = deployment(default, name)
+        assert budget["metadata"]["namespace"] == NAMESPACE
+        # The Deployment's own selector, exactly: the budget counts the pods the Deployment counts.
+        assert budget["spec"]["selector"] == deploy["spec"]["selector"], name
+        for other in SIDES:
+            selected = all(
+                deployment(default, other)["spec"]["template"]["metadata"]["labels"].get(k) == v
+                for k, v in budget["spec"]["selector"]["matchLabels"].items()
+            )
+            assert selected == (other == name), f"{name}'s budget and {other}'s pods"
+        # A pod that is not Ready protects nothing: evicting it is always allowed.
+        assert budget["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+        # Whatever an overlay scales the side to, a drain of Ready pods goes on (a minAvailable of 1 on one replica
+        # would allow no eviction ever).
+        for replicas in (1, 2, 3):
+            assert _disruptions_allowed(budget, replicas, healthy=replicas) >= 1, (name, replicas)
+    claims = budgets["metalclaim-controller"]
+    replicas = deployment(default, "metalclaim-controller")["spec"]["replicas"]
+    assert replicas == 2
+    # The claim side one pod at a time: while the replacement of an evicted pod is not Ready, the other stays.
+    assert _disruptions_allowed(claims, replicas, healthy=2) == 1
+    assert _disruptions_allowed(claims, replicas, healthy=1) == 0
+    # The provisioner's one pod (its media directory its own: nothing can stand in for it) may go at once.
+    provisioner = budgets["metalclaim-provisioner"]
+    assert deployment(default, "metalclaim-provisioner")["spec"]["replicas"] == 1
+    assert _disruptions_allowed(provisioner, 1, healthy=1) == 1
+
+
 def test_the_namespace_enforces_the_restricted_pod_security_profile(default):
     """tests/integration/test_pod_security.py: the API server admits both sides' pods there, and refuses others."""
     labels = default["Namespace", "", NAMESPACE]["metadata"]["labels"]
@@ -436,6 +481,28 @@ def test_the_sample_overlay_installs_the_controller_and_its_bindings(tmp_path):
     grants = _grants(moved)
     assert grants["infrahost"] == {(r, OTHER, a) for r, a in role["infra"]}
     assert grants["cluster-ns"] == {(r, OTHER, a) for r, a in role["tenant"]}
+
+
+# -- the install role -----------------------------------------------------------------------------------------------
+
+
+def test_the_install_role_applies_what_config_manager_and_config_namespace_list():
+    """install_controller applies each file of config/manager (the PodDisruptionBudgets too), and the role applies
+    the Namespace file config/default renders (its Pod Security labels too)."""
+    tasks = yaml.safe_load((REPO / "roles" / "install" / "tasks" / "main.yml").read_text())
+    manager = []
+    for task in tasks:
+        if task.get("when") != "install_controller | bool":
+            continue
+        if "/manager/" in str(task["vars"].get("_docs", "")):
+            manager += task["vars"]["_files"]
+        elif "/manager/" in str(task["vars"].get("_deployment", "")):
+            manager += task["loop"]
+    listed = yaml.safe_load((CONFIG / "manager" / "kustomization.yaml").read_text())["resources"]
+    assert sorted(manager) == sorted(listed)
+    namespace = next(t for t in tasks if t.get("name", "").startswith("Apply the controller's namespace"))
+    assert namespace["kubernetes.core.k8s"]["src"].endswith("/namespace/namespace.yaml")
+    assert yaml.safe_load((CONFIG / "namespace" / "kustomization.yaml").read_text())["resources"] == ["namespace.yaml"]
 
 
 def _expanded(argument: str, env: dict[str, str]) -> str:
