@@ -11,7 +11,8 @@
 * config/samples/overlay renders the lot, and follows its controller's namespace into the bindings' subjects;
 * the namespace enforces the restricted Pod Security profile;
 * each side has a PodDisruptionBudget that selects its pods and never holds a drain for ever, and the install role
-  applies every file config/manager lists.
+  applies every file config/manager lists;
+* config/components/beside-metal3 renders config/default less Metal3's three CRDs.
 
 kubectl is the devenv's (built by `make controlplane`, ~/.cache/metalclaim) or the one on PATH; without either
 the tests are skipped.
@@ -503,6 +504,34 @@ def test_the_install_role_applies_what_config_manager_and_config_namespace_list(
     namespace = next(t for t in tasks if t.get("name", "").startswith("Apply the controller's namespace"))
     assert namespace["kubernetes.core.k8s"]["src"].endswith("/namespace/namespace.yaml")
     assert yaml.safe_load((CONFIG / "namespace" / "kustomization.yaml").read_text())["resources"] == ["namespace.yaml"]
+
+
+# -- beside Metal3 --------------------------------------------------------------------------------------------------
+
+METAL3_CRDS = ("baremetalhosts.metal3.io", "hardwaredata.metal3.io", "hostfirmwaresettings.metal3.io")
+
+
+def test_beside_metal3_the_component_leaves_metal3s_crds_alone(default, tmp_path):
+    """config/default with config/components/beside-metal3: none of the CRDs Metal3 owns, everything else as is."""
+    overlay = write_kustomization(
+        tmp_path / "beside-metal3",
+        {
+            "resources": [relative(CONFIG / "default", tmp_path / "beside-metal3")],
+            "components": [relative(CONFIG / "components" / "beside-metal3", tmp_path / "beside-metal3")],
+        },
+    )
+    rendered = by_key(_load_all(render(overlay)))
+    metal3 = {("CustomResourceDefinition", "", name) for name in METAL3_CRDS}
+    assert metal3 <= set(default), "config/default installs them"
+    assert not metal3 & set(rendered)
+    assert sorted(rendered) == sorted(set(default) - metal3)
+    for k, obj in rendered.items():
+        assert obj == default[k], f"{k} differs from config/default"
+    # The CRDs the install role leaves to Metal3 are the same three (its read of the cluster, its files).
+    tasks = yaml.safe_load((REPO / "roles" / "install" / "tasks" / "main.yml").read_text())
+    read = next(t for t in tasks if t.get("name", "").startswith("Read the Metal3 CRDs"))
+    applied = next(t for t in tasks if t.get("name", "").startswith("Apply the CRDs"))
+    assert sorted(read["loop"]) == sorted(applied["vars"]["_metal3_crd_files"]) == sorted(METAL3_CRDS)
 
 
 def _expanded(argument: str, env: dict[str, str]) -> str:
