@@ -11,6 +11,7 @@ import base64
 import json
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -256,6 +257,48 @@ def test_no_callback_times_out_into_a_provisioning_error(site, files, media_serv
     status = site.read("h0")["status"]
     assert "no callback from the image writer within 3s" in status["errorMessage"]
     assert status["provisioning"]["state"] == "provisioning"
+
+
+def test_the_shipped_media_url_is_a_provisioning_error_at_once_saying_what_to_set(site, files, media_server):
+    """config/manager's MEDIA_URL, the Service's cluster DNS name, which no BMC resolves (issue 38): the deploy fails in
+    the step that would start it, before anything is powered, published or inserted, instead of waiting for the
+    BMC's fetch or the image writer's callback (1800 s by default). Fixed, the deploy starts after the backoff."""
+    deploy_iso = files.add("writer.iso", b"image writer live system\n" * 64)
+    shipped = "http://metalclaim-media.metalclaim-system.svc:8082"
+    options = {"deploy_iso_url": deploy_iso, "media_dir": media_server["dir"], "media_url": shipped}
+    site.host("h0", 0, online=True)
+    settle(site, "h0", "available", **options)
+    image = {"url": "http://127.0.0.1:9/img.raw", "format": "raw", "checksum": "0" * 32}
+    started = time.monotonic()
+    site.api("BareMetalHost").patch(
+        body={"spec": {"image": image}},
+        name="h0",
+        namespace=site.namespace,
+        content_type="application/merge-patch+json",
+    )
+    result = site.provision(**options)  # one step
+    elapsed = time.monotonic() - started
+    host = site.read("h0")
+    status = host["status"]
+    assert result["steps"] == 1 and status["errorCount"] == 1
+    assert result["hosts"][0]["actions"] == [], result["hosts"]  # nothing inserted nor powered
+    assert (status["errorType"], status["operationalStatus"]) == ("provisioning error", "error"), status
+    assert status["errorMessage"].startswith("the media URL names a cluster-internal host (a name ending in .svc)")
+    assert "MEDIA_URL" in status["errorMessage"] and "--media-url" in status["errorMessage"]
+    assert status["provisioning"]["state"] == "available"  # no slot taken
+    assert OPERATION not in (host["metadata"].get("annotations") or {})
+    assert not list((Path(media_server["dir"]) / "media").glob("*/*"))  # no config drive published
+    bmc = site.bmc(0)
+    try:
+        assert not bmc.media("cd")["inserted"] and not bmc.media("config")["inserted"]
+    finally:
+        bmc.close()
+    assert [e for e in site.events() if e["reason"] == "Error" and "MEDIA_URL" in e["message"]], site.events()
+    print(f"\nthe provisioning error {elapsed:.1f}s after the image was set: the first step, in one module run")
+
+    # The media server's address set: the next try (after the backoff) publishes the config drive.
+    fixed = {**options, "media_url": media_server["url"]}
+    eventually(lambda: site.provision(**fixed) and site.operation("h0").get("token"), timeout=60, interval=0.5)
 
 
 # -- faults --------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import logging
 import threading
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import reach
 
 from . import mapper, metrics
 from .callbacks import CallbackWatch
@@ -35,6 +36,15 @@ LOG = logging.getLogger("metalclaim.controller")
 def log(event: str, **fields) -> None:
     """One JSON line per event: never Secret data, BMC addresses or credentials."""
     LOG.info(json.dumps({"event": event, **fields}, sort_keys=True, default=str))
+
+
+def media_warning(settings: Settings) -> dict | None:
+    """What a provisioner side's start warns of: deploy media no BMC can fetch (the hosts' deploys and cleanings fail
+    at once, saying so: reach.py), as the fields of its log line; None when there is nothing to say."""
+    if PROVISIONER not in settings.scope.sides:
+        return None
+    problem = reach.media_problem(settings.media_url, settings.deploy_iso_url)
+    return {"level": "WARNING", "problem": problem} if problem else None
 
 
 class Controller:
@@ -171,6 +181,9 @@ class Controller:
             remote_slot=self.dispatcher.remote_slot is not None,
             standby=bool(self.dispatcher.standbys),
         )
+        warning = media_warning(settings)
+        if warning is not None:
+            log("media_unreachable", **warning)
 
     def _lost_leadership(self) -> None:
         self.metrics.leader.set(0)

@@ -7,7 +7,7 @@ import pytest
 from metalclaim.controller import __main__ as cli
 from metalclaim.controller.dispatch import remote_slot_wanted, run_of, standby_group
 from metalclaim.controller.groups import GROUPS
-from metalclaim.controller.manager import Controller, Settings
+from metalclaim.controller.manager import Controller, Settings, media_warning
 
 HOSTS = [("host", "infra", "h1"), ("host", "infra", "h2")]
 
@@ -217,3 +217,12 @@ def test_a_controller_not_started_is_not_ready():
     # Its readiness probe answers before start(): no watch yet must not read as every watch synced.
     controller = Controller(Settings(watch_secrets=False), api_client=None)
     assert controller.synced() is False
+
+
+def test_a_provisioner_side_warns_at_start_of_media_no_bmc_can_fetch():
+    shipped = "http://metalclaim-media.metalclaim-system.svc:8082"  # config/manager's MEDIA_URL
+    warning = media_warning(Settings(controllers=("provisioner",), media_url=shipped))
+    assert warning["level"] == "WARNING" and warning["problem"].startswith("the media URL names a cluster-internal")
+    assert "MEDIA_URL" in warning["problem"]
+    assert media_warning(Settings(controllers=("provisioner",), media_url="http://192.0.2.10:8082")) is None
+    assert media_warning(Settings(controllers=("claims",), media_url=shipped)) is None  # not its concern

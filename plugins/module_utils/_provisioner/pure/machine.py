@@ -29,7 +29,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     REBOOT_ANNOTATION,
     WARM_ANNOTATION,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import defaults, firmware
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import defaults, firmware, reach
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import media_url
 
 # Metal3 provisioning states, by name (each one of metal3.STATES).
@@ -711,7 +711,27 @@ def _image_problem(image: dict, ctx: Context) -> str:
         return "disk images need a deploy ISO (the image writer): none is configured for this provisioner"
     if not image.get("checksum"):
         return "spec.image.checksum is required for disk images"
-    return ""
+    return media_problem(ctx)
+
+
+def media_problem(ctx: Context) -> str:
+    """Why no BMC can fetch this provisioner's deploy media (reach.py), or ""."""
+    return reach.media_problem(ctx.settings.media_url, ctx.settings.deploy_iso_url)
+
+
+def _unreachable_media(host: dict, problem: str, observed: dict, ctx: Context, step: Step) -> Step:
+    """A job (deploy or cleaning) about to publish media no BMC can fetch: a provisioning error at once, not after the
+    callback timeout. What the step did so far stays (leftover tokens withdrawn); the operation goes, so the next try
+    (after the backoff) starts afresh; the host is powered off, as the job's own first step would have."""
+    failure = failed(host, problem, ctx, error_type=PROVISIONING_ERROR)
+    failure.actions = [*step.actions, *([("power", "ForceOff")] if observed.get(POWER) == "On" else [])]
+    failure.annotations = dict(step.annotations)
+    if OPERATION_ANNOTATION in annotations_of(host):
+        failure.annotations[OPERATION_ANNOTATION] = None
+    failure.firmware_status = step.firmware_status
+    if observed.get(POWER) in ("On", "Off"):
+        failure.status["poweredOn"] = False
+    return failure
 
 
 def _provisioned(host: dict, observed: dict, ctx: Context) -> Step:
@@ -857,6 +877,8 @@ def _provision_disk(host: dict, image: dict, observed: dict, ctx: Context, step:
         if warm_step is not None:
             return warm_step
         op = {"kind": "deploy", "url": image["url"], "started": ctx.now, "fallback": True}
+    if not op.get("token") and (problem := media_problem(ctx)):  # a deploy started before the settings were judged
+        return _unreachable_media(host, problem, observed, ctx, step)
     op, observed = _writer_job(op, observed, ctx, step)
     if not op.get("token"):
         return _waiting_for_off(host, op, step)
@@ -1124,6 +1146,8 @@ def _clean(host: dict, op: dict, observed: dict, ctx: Context, step: Step) -> St
         if op.get("token"):  # the mode changed under a job: that job's media go, a new one is published
             step.actions.append(("withdraw", op["token"]))
         op = {"kind": "clean", "started": ctx.now, "erase": erase}
+    if not op.get("token") and (problem := media_problem(ctx)):  # never cleaned less than asked: waits for a fix
+        return _unreachable_media(host, f"cleaning: {problem}", observed, ctx, step)
     op, observed = _writer_job(op, observed, ctx, step)
     if not op.get("token"):
         return _waiting_for_off(host, op, step)
