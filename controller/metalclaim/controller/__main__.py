@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
-import logging
 import os
 import signal
 import ssl
@@ -19,7 +18,7 @@ import sys
 import threading
 import time
 
-from . import collection, serving
+from . import collection, logconfig, serving
 from .cgroup import cpu_limit, slots_for
 from .settings import GROUPS, Settings, boolean, conflicts, duration, flags  # noqa: F401 (duration: the tests')
 
@@ -158,7 +157,7 @@ def main(argv=None) -> int:
     values = settings_from(p, args, late=False)
     for error in conflicts(values):
         p.error(error)
-    logging.basicConfig(level=args.log_level, format="%(message)s", stream=sys.stderr)
+    logconfig.configure(args.log_level)  # every line on stderr one JSON object, whoever logs it
     try:
         collection.import_path()
     except FileNotFoundError as error:  # the controller only runs the collection's playbooks
