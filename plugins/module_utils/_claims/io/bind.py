@@ -34,7 +34,10 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure 
     reuse,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.booking import REASONS as BOOKED
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import locked_claim
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.status import (
+    locked_claim,
+    recorded_host,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
@@ -275,6 +278,7 @@ def _commit_claim(run, plan: binding.Plan, index: binding.HostIndex, result: dic
             claim,
             give_back=lambda: _give_back(run, host),
             on_commit=lambda: run.event(claim, "Normal", "Bound", f"bound to BareMetalHost {bound_to}"),
+            replacing=recorded_host(claim) if plan.stale_status else None,  # its host vanished, say: not a binder's
         )
     elif host is None and previous.get("reason") != association[2] and association[2] not in BOOKED:
         # One Event per change of outcome, not one per reconcile (a booking's: the booking step's).

@@ -80,6 +80,9 @@ class _Entry:
     # end names another, another run bound or released the claim meanwhile, and what this run
     # decided (say "no free host", from a host list older than that binding) is stale.
     decided_on: object = None
+    # The host a stale status names (one that vanished, or names another claim), which the binding this run made
+    # replaces: finding it still there at the commit is not another binder's commit (issue 40).
+    replacing: object = None
     refused: bool = False  # its status write failed and nothing was written: not tried again in this run
 
 
@@ -160,11 +163,13 @@ class StatusBook:
         with self._lock:
             self.errors.append({"namespace": namespace, "name": name, "step": step, "message": message})
 
-    def committing(self, claim: dict, give_back, on_commit) -> None:
+    def committing(self, claim: dict, give_back, on_commit, replacing: tuple[str, str] | None = None) -> None:
         """This run took a host for `claim`: its status write commits the binding (then on_commit()) or
-        give_back() undoes it."""
+        give_back() undoes it. `replacing`: the host the claim's stale status names (binding.Plan.stale_status),
+        which the binding's status write replaces."""
         entry = self._entry(claim)
         entry.give_back = give_back
+        entry.replacing = replacing
         entry.on_commit.append(on_commit)
 
     def is_committing(self, claim: dict) -> bool:
@@ -268,7 +273,7 @@ class StatusBook:
                 if "action" in result:
                     result.update(action="conflict", host=None)
             return "conflict"
-        if entry.give_back is not None and _bound_elsewhere(entry.claim, entry):
+        if entry.give_back is not None and _bound_elsewhere(self._kube, entry.claim, entry):
             # A later step of this run noted a newer version of the claim (the sync step reads the claims again
             # after a binder's re-list), whose status another binder committed to its host meanwhile: writing ours
             # over it would leave the claim on two hosts. The first commit wins; ours goes back.
@@ -294,7 +299,7 @@ class StatusBook:
         # its host never released, so the host goes back and the next run locks it again.
         for _attempt in range(COMMIT_ATTEMPTS if entry.give_back is not None else 0):
             fresh = self._kube.get(API_VERSION, "HostClaim", key[1], key[0])
-            if not _still_ours(fresh, entry):
+            if not _still_ours(self._kube, fresh, entry):
                 break
             entry.claim = fresh
             patch = status_patch(fresh, self.desired(key))
@@ -331,7 +336,7 @@ class StatusBook:
             return self._entries[key]
 
 
-def _still_ours(fresh: dict | None, entry: _Entry) -> bool:
+def _still_ours(kube, fresh: dict | None, entry: _Entry) -> bool:
     """Whether a binding this run made may still be committed on the claim as it is now (`fresh`).
 
     Binders race on the claim's status, each write guarded by the resourceVersion it read: the first to
@@ -345,13 +350,23 @@ def _still_ours(fresh: dict | None, entry: _Entry) -> bool:
         return False
     if binding.FINALIZER not in (fresh["metadata"].get("finalizers") or []):
         return False
-    return not _bound_elsewhere(fresh, entry)
+    return not _bound_elsewhere(kube, fresh, entry)
 
 
-def _bound_elsewhere(claim: dict, entry: _Entry) -> bool:
-    """Whether the claim's status names a host other than the one this run's binding would write into it."""
+def _bound_elsewhere(kube, claim: dict, entry: _Entry) -> bool:
+    """Whether the claim's status names a host other than the one this run's binding would write into it.
+
+    The stale host the binding replaces (entry.replacing: gone, or naming another claim, when the run planned) is
+    another binder's only if it names the claim now: asked of the server (the run's host list may be older than
+    its claim list), once, and only then."""
     ours = entry.updates.get("hardwareData") or {}
-    return recorded_host(claim) not in (None, (ours.get("namespace", ""), ours.get("name", "")))
+    recorded = recorded_host(claim)
+    if recorded in (None, (ours.get("namespace", ""), ours.get("name", ""))):
+        return False
+    if recorded != entry.replacing:
+        return True
+    host = kube.get(API_VERSION, "BareMetalHost", recorded[1], recorded[0])
+    return host is not None and binding.consumed_by(host, claim)
 
 
 def with_finalizer(kube, claim: dict, check_mode: bool) -> tuple[dict, bool]:

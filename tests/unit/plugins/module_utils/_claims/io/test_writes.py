@@ -171,15 +171,17 @@ def test_a_binding_is_not_committed_on_a_claim_whose_finalizer_went_meanwhile():
     assert (result["action"], result["host"]) == ("conflict", None)
 
 
-def committing(kube, locked: dict, host: str) -> tuple:
+def committing(kube, locked: dict, host: str, replacing: tuple | None = None) -> tuple:
     """A StatusBook over `kube` holding a binding of `locked` to host i/`host` that this run made and has not
-    committed: (the book, the bind result, the hosts given back, the hosts committed)."""
+    committed (`replacing` the stale host its status names): (the book, the bind result, the hosts given back, the
+    hosts committed)."""
     book = StatusBook(kube, "t0", check_mode=False)
     given_back, committed = [], []
     result = {"namespace": "t", "name": "c", "action": "bind", "host": f"i/{host}"}
     bound = [("Association", "True", "BareMetalHostAssociated", "")]
     book.note(locked, bound, updates={"hardwareData": {"namespace": "i", "name": host}}, result=result)
-    book.committing(locked, give_back=lambda: given_back.append(host), on_commit=lambda: committed.append(host))
+    give_back, on_commit = lambda: given_back.append(host), lambda: committed.append(host)
+    book.committing(locked, give_back=give_back, on_commit=on_commit, replacing=replacing)
     return book, result, given_back, committed
 
 
@@ -245,3 +247,49 @@ def test_a_claim_another_binder_bound_meanwhile_is_a_conflict_never_a_version_to
     bound = _locked({"hardwareData": {"namespace": "i", "name": "h1"}})
     with pytest.raises(ConflictError):
         with_finalizer(LockedMeanwhile(bound), CLAIM, check_mode=False)
+
+
+class HostsKube(RecordingKube):
+    """Answers a host's GET from `hosts` ({name: host}; absent: 404)."""
+
+    def __init__(self, hosts: dict):
+        super().__init__()
+        self.hosts = hosts
+        self.gets = []
+
+    def get(self, api_version, kind, name, namespace):
+        self.gets.append((kind, namespace, name))
+        return copy.deepcopy(self.hosts.get(name))
+
+
+def _named_stale(host: str) -> dict:
+    stale = claim("c")
+    stale["metadata"].update(finalizers=[binding.FINALIZER], resourceVersion="2", uid="u1")
+    stale["status"] = {"hardwareData": {"namespace": "i", "name": host}}
+    return stale
+
+
+def test_a_binding_replacing_a_vanished_host_is_committed():
+    """Issue 40: the claim's status still named its deleted host, and the binder took the claim's write for another
+    binder's commit: every run took the free host, gave it back, and the claim kept naming a host that was gone."""
+    stale = _named_stale("gone")
+    kube = HostsKube({})
+    book, result, given_back, committed = committing(kube, stale, "h2", replacing=("i", "gone"))
+    assert book.flush() == {("t", "c"): True}
+    (patch,) = kube.patches
+    assert patch["hardwareData"] == {"namespace": "i", "name": "h2"}
+    assert (given_back, committed) == ([], ["h2"]) and kube.gets == [("BareMetalHost", "i", "gone")]
+    assert (result["action"], result["host"]) == ("bind", "i/h2")
+
+
+def test_a_stale_host_that_names_the_claim_again_is_another_binders_commit():
+    """The run's host list may be older than its claim list: the stale host named in the status is asked again, and
+    one naming the claim now was another binder's, whose commit stands."""
+    stale = _named_stale("h1")
+    ref = {"kind": binding.CLAIM_KIND, "namespace": "t", "name": "c", "uid": "u1"}
+    kube = HostsKube({"h1": {"metadata": {"namespace": "i", "name": "h1"}, "spec": {"consumerRef": ref}}})
+    book, result, given_back, committed = committing(kube, stale, "h2", replacing=("i", "h1"))
+    assert book.flush() == {("t", "c"): "conflict"}
+    assert kube.patches == []
+    assert (given_back, committed) == (["h2"], [])
+    assert (result["action"], result["host"]) == ("conflict", None)
