@@ -28,6 +28,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.wr
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import (
     binding,
+    booking,
     failures,
     firmware,
     lease,
@@ -164,9 +165,13 @@ class _Context:
             spread = binding.spread_counts(claim, index.all(), run.kube.held(API_VERSION, "HostClaim"))
         now = leases.now_of(run)
         allowed = firmware.allowances(self.policies, decisions)
-        return binding.plan(
+        plan = binding.plan(
             claim, index, authorized, labels, held, annotations, caps, now, spread, firmware_allowed=allowed
         )
+        noted = run.book.condition(claim, lease.LEASE)  # the booking step's: further ahead than the hosts take
+        if plan.reason == booking.BOOKING_CONFLICT and noted and noted[1] == booking.BOOKING_TOO_FAR:
+            plan.reason, plan.message = booking.BOOKING_TOO_FAR, noted[2]
+        return plan
 
 
 def _next_after_conflict(kube, pending: list[dict]) -> tuple[list[dict], binding.HostIndex]:

@@ -56,10 +56,11 @@ def book_claims(run) -> dict:
     now = leases.now_of(run)
     relist = getattr(kube, "relist", kube.list)  # a caching client must go to the server after a lost race
     gone: set = set()
+    reach = booking.horizons(policies)  # how far ahead each infra namespace's hosts take bookings
     for _attempt in range(ATTEMPTS):
-        planned = booking.plan(claims, hosts, _candidates(hosts, policies, metadata_of), now, gone)
+        planned = booking.plan(claims, hosts, _candidates(hosts, policies, metadata_of), now, gone, reach)
         if planned.unknown - _checked(kube, planned.unknown, gone):
-            planned = booking.plan(claims, hosts, _candidates(hosts, policies, metadata_of), now, gone)
+            planned = booking.plan(claims, hosts, _candidates(hosts, policies, metadata_of), now, gone, reach)
         if _write_hosts(run, planned, hosts, result):
             break
         result["conflicts"] += 1
@@ -171,7 +172,9 @@ def _note(run, decision: booking.Decision, now) -> dict:
     namespace, name = binding.key(claim)
     result = {"namespace": namespace, "name": name, "booking": decision.state, "changed": False}
     window = decision.window
-    if window is not None and window.start > now:
+    if decision.state == "too_far":
+        result["after"] = lease.seconds_between(now, decision.retry_at)  # within reach then: decided again
+    elif window is not None and window.start > now:
         result["after"] = lease.seconds_between(now, window.start)  # the start: the bind step binds it then
     if decision.state == "started" or (window is not None and window.start <= now):
         return result  # the lease and bind steps say the rest; status.booking stays as the record of the booking

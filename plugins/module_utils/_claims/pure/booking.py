@@ -20,6 +20,13 @@ dropped for an older claim seen later.
 A booked claim binds at its start to the host holding its booking and to no other; any other claim binds a host only
 when no booking on it overlaps the time it would hold the host (until its lease's end, or for ever without a lease).
 
+The booking horizon (issue 40): a booking is accepted on a host only when its start is at most that host's horizon
+ahead: the largest ``spec.maxBookingAhead`` of the HostDeployPolicies of the host's namespace (``DEFAULT_AHEAD``, 7
+days, for a policy without one). Without it one booking far ahead (2099) took a host from everyone without a lease,
+whose holding blocks every window, for ever. A booking further ahead is not refused for good: its Lease condition
+says ``BookingTooFarAhead`` and it is decided again, in its first-come place, once its start is within reach. An
+accepted booking beyond its host's horizon (accepted before the horizon, or the policy lowered since) is dropped.
+
 Every decision takes the run's timestamp (``now``): no clock here.
 """
 
@@ -37,7 +44,9 @@ ANNOTATION = "metalclaim.io/bookings"  # on a BareMetalHost: its accepted bookin
 BOOKED = "Booked"
 BOOKING_CONFLICT = "BookingConflict"
 BOOKING_INVALID = lease.LEASE_INVALID
-REASONS = (BOOKED, BOOKING_CONFLICT)  # the bind step's Association reasons for a booking before its start
+BOOKING_TOO_FAR = "BookingTooFarAhead"
+REASONS = (BOOKED, BOOKING_CONFLICT, BOOKING_TOO_FAR)  # the bind step's Association reasons for a booking ahead
+DEFAULT_AHEAD = 7 * 24 * 3600  # seconds: how far ahead a booking may start where no policy says maxBookingAhead
 FOREVER = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
 
 
@@ -264,6 +273,27 @@ def may_take(claim: dict, now: datetime.datetime | None):
     return takes
 
 
+def horizons(policies: list[dict]) -> dict:
+    """{infra namespace: how far ahead a booking on its hosts may start, in seconds}: the largest spec.maxBookingAhead
+    of its policies, DEFAULT_AHEAD for a policy without one, 0 for one that cannot be read (fail closed: no booking
+    ahead there). A namespace without a policy is not in it (nobody may bind there anyway)."""
+    found: dict = {}
+    for policy in policies:
+        namespace = _meta(policy).get("namespace", "")
+        text = (policy.get("spec") or {}).get("maxBookingAhead")
+        try:
+            ahead_of = DEFAULT_AHEAD if text is None else lease.parse_duration(text)
+        except lease.LeaseError:
+            ahead_of = 0
+        found[namespace] = max(found.get(namespace, 0), ahead_of)
+    return found
+
+
+def within_reach(window: Window, horizon: int, now: datetime.datetime) -> bool:
+    """Whether a booking of `window` may be accepted now on a host whose horizon is `horizon` seconds."""
+    return lease.seconds_between(now, window.start) <= horizon
+
+
 def status_of(window: Window) -> dict:
     """status.booking: the window, never a host."""
     return {"start": lease.format_time(window.start), "end": lease.format_time(window.end)}
@@ -281,16 +311,28 @@ def conflict_message(window: Window) -> str:
     )
 
 
+def too_far_message(window: Window, horizon: int) -> str:
+    # Tenants read this: how far ahead bookings go (the largest horizon among the hosts it may use), nothing else.
+    return (
+        f"spec.lease.start is more than {lease.format_duration(horizon)} ahead, as far as the hosts this namespace "
+        f"may use take bookings: the booking is decided {window.spelled()} once its start is within "
+        f"{lease.format_duration(horizon)}"
+    )
+
+
 @dataclass
 class Decision:
     """What the run decided for one booking claim."""
 
     claim: dict
-    state: str  # booked | conflict | invalid | started (its start passed, not booked: an ordinary leased claim)
+    # booked | conflict | too_far (beyond every candidate host's horizon: decided at retry_at) | invalid | started (its
+    # start passed, not booked: an ordinary leased claim)
+    state: str
     window: Window | None = None
     message: str = ""
     host: tuple[str, str] | None = None  # booked: where (infrastructure only, never written on the claim)
     newly: bool = False  # booked by this run
+    retry_at: datetime.datetime | None = None  # too_far: when its start comes within reach of a host it may use
 
     def conditions(self) -> list:
         """The Lease condition the claim gets before its start (the bind step says why it is not bound yet in
@@ -299,6 +341,8 @@ class Decision:
             return [(lease.LEASE, "False", BOOKED, booked_message(self.window))]
         if self.state == "conflict":
             return [(lease.LEASE, "False", BOOKING_CONFLICT, self.message)]
+        if self.state == "too_far":
+            return [(lease.LEASE, "False", BOOKING_TOO_FAR, self.message)]
         if self.state == "invalid":
             return [(lease.LEASE, "False", BOOKING_INVALID, self.message)]
         return []
@@ -321,6 +365,7 @@ def plan(
     candidates,
     now: datetime.datetime,
     gone: set | frozenset = frozenset(),
+    reach: dict | None = None,
 ) -> Plan:
     """Decide every booking claim in `claims` (all the live claims: those without a start are read for the hosts
     they hold), first come, first served, and tidy every host's bookings: an entry whose claim is gone, is being
@@ -329,7 +374,13 @@ def plan(
     the hosts the claim may use (its policies, selector, host pools, Tenant reservation and lease caps: the caller
     knows them), in any order. A booking whose claim is not in `claims` is dropped only when its uid is in `gone`
     (the caller read it: deleted, or another claim by that name now); else it stays, in Plan.unknown: a claim
-    created after `claims` was read may have been booked by another run."""
+    created after `claims` was read may have been booked by another run. reach: horizons() of the policies (None:
+    DEFAULT_AHEAD everywhere; a namespace not in it: DEFAULT_AHEAD): a booking goes only on a host whose horizon its
+    start is within, and an entry beyond its host's is dropped."""
+
+    def horizon(host_key: tuple[str, str]) -> int:
+        return (reach or {}).get(host_key[0], DEFAULT_AHEAD)
+
     claims_by_key = {_key(c): c for c in claims}
     live = {_uid(c): c for c in claims if not _meta(c).get("deletionTimestamp")}
     all_uids = {_uid(c) for c in claims}
@@ -369,6 +420,8 @@ def plan(
             window = windows.get(entry.uid)
             if window is None or window != entry.window or _key(live[entry.uid]) != (entry.namespace, entry.name):
                 continue
+            if not within_reach(entry.window, horizon(host_key), now):  # beyond the host's horizon: given up
+                continue
             seen.add(entry.uid)
             keep.append(entry)
         kept[host_key] = keep
@@ -383,7 +436,15 @@ def plan(
             result.decisions.append(Decision(claim, "started", window))
             continue
         chosen = None
-        for host_key in sorted(candidates(claim)):
+        usable = sorted(candidates(claim))
+        near = [host_key for host_key in usable if within_reach(window, horizon(host_key), now)]
+        if usable and not near:
+            furthest = max(horizon(host_key) for host_key in usable)
+            retry_at = window.start - datetime.timedelta(seconds=furthest)
+            message = too_far_message(window, furthest)
+            result.decisions.append(Decision(claim, "too_far", window, message, retry_at=retry_at))
+            continue
+        for host_key in near:
             host = by_key.get(host_key)
             if host is None or kept.get(host_key) is None or not bookable(host):
                 continue

@@ -239,3 +239,47 @@ def test_a_host_held_for_node_reuse_is_booked_only_by_the_holds_own_claims_while
     assert where(booking.plan([after_hold], [held], every([held]), T0)) == {"after": ("booked", "h1")}
     same_key = claim("next", start=100, duration=100, created=3, nodeReuse={"key": "md-0"})
     assert where(booking.plan([same_key], [held], every([held]), T0)) == {"next": ("booked", "h1")}
+
+
+DAY = 24 * 3600
+
+
+def test_a_booking_beyond_the_horizon_is_not_accepted_and_the_host_stays_free():
+    """Issue 40: a booking starting in 2099 took the pool's only host from every claim without a lease (whose
+    holding blocks every window) for ever. Past its host's horizon a booking is not accepted; it is decided again
+    when its start comes within reach, and meanwhile another claim binds the host."""
+    far = claim("far", start=70 * 365 * DAY, duration=3600)
+    pool = [host("h1")]
+    planned = booking.plan([far], pool, every(pool), T0)
+    (decision,) = planned.decisions
+    assert decision.state == "too_far" and planned.writes == {}
+    assert decision.retry_at == at(70 * 365 * DAY - booking.DEFAULT_AHEAD)
+    assert decision.conditions() == [(lease.LEASE, "False", booking.BOOKING_TOO_FAR, decision.message)]
+    assert "more than 168h0m0s ahead" in decision.message and "infra" not in decision.message
+    assert booking.may_take(claim("b"), T0)(pool[0])  # nothing booked: a claim without a lease may take it
+    near = booking.plan([far], pool, every(pool), at(70 * 365 * DAY - booking.DEFAULT_AHEAD))
+    assert where(near) == {"far": ("booked", "h1")}  # within reach: booked, first come as ever
+
+
+def test_the_horizon_is_the_largest_of_the_hosts_policies_and_one_unreadable_takes_none():
+    policies = [
+        {"metadata": {"namespace": "infra"}, "spec": {"maxBookingAhead": "1h"}},
+        {"metadata": {"namespace": "infra"}, "spec": {"maxBookingAhead": "2h"}},
+        {"metadata": {"namespace": "other"}, "spec": {}},
+        {"metadata": {"namespace": "broken"}, "spec": {"maxBookingAhead": "soon"}},
+    ]
+    assert booking.horizons(policies) == {"infra": 7200, "other": booking.DEFAULT_AHEAD, "broken": 0}
+    reach = {"infra": 7200}
+    pool = [host("h1")]
+    inside, outside = claim("inside", start=7200, duration=60), claim("outside", start=7201, duration=60, created=1)
+    planned = booking.plan([inside, outside], pool, every(pool), T0, reach=reach)
+    assert where(planned) == {"inside": ("booked", "h1"), "outside": ("too_far", None)}
+
+
+def test_an_accepted_booking_beyond_its_hosts_horizon_is_dropped():
+    """One accepted before the horizon (or the policy lowered since) gives the host back to everyone."""
+    far = claim("far", start=30 * DAY, duration=3600)
+    pool = [host("h1", entries=[entry(far, 30 * DAY, 30 * DAY + 3600)])]
+    planned = booking.plan([far], pool, every(pool), T0)
+    assert where(planned) == {"far": ("too_far", None)}
+    assert planned.writes == {("infra", "h1"): None}

@@ -1,0 +1,69 @@
+"""A booking far ahead starves nobody (issue 40), as the two tenants through the controller on the real API server.
+
+Tenant A books the pool's only host for a window in 2099; tenant B's claim without a lease, created afterwards,
+must get that host at once. Before the booking horizon it never did (`NoBareMetalHost`): a holder without a lease
+blocks every window, so the booking kept the host from everyone for ever. Now a booking further ahead than the
+host's policies take (`maxBookingAhead`) is not accepted: its claim says so, and the host stays in the pool.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from metalclaim_dev.claimlayer import METAL3, TENANT_A, TENANT_B
+from metalclaim_dev.controllerproc import ControllerProcess, associated, claim_side
+from metalclaim_dev.support import eventually
+
+pytestmark = [pytest.mark.integration, pytest.mark.minutes(3)]
+REACTION = 60  # seconds: a run took ~10 s on a loaded 2-core machine
+
+
+@pytest.fixture
+def controller(devenv, rack, tmp_path):
+    process = ControllerProcess(devenv, tmp_path, *claim_side(rack))
+    yield process
+    process.stop()
+
+
+def condition(claim: dict, type_: str) -> dict:
+    conditions = (claim.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == type_), {})
+
+
+def test_a_booking_in_2099_is_refused_and_another_tenant_gets_the_host(controller, rack):
+    rack.api("admin", "HostDeployPolicy").create(
+        body={
+            "apiVersion": METAL3,
+            "kind": "HostDeployPolicy",
+            "metadata": {"name": "policy", "namespace": rack.namespace},
+            "spec": {"hostclaimNamespaces": {}, "maxBookingAhead": "48h"},  # the field the CRD takes
+        }
+    )
+    rack.host("only")
+    rack.claim("far", lease={"start": "2099-01-01T00:00:00Z", "duration": "1h"})  # tenant A, as tenant-a
+    eventually(
+        lambda: condition(rack.read_claim("far"), "Lease").get("reason") == "BookingTooFarAhead",
+        timeout=REACTION,
+        message=f"far: BookingTooFarAhead\n{controller.output()}",
+    )
+    far = rack.read_claim("far")
+    lease = condition(far, "Lease")
+    assert lease["status"] == "False"
+    assert lease["message"].startswith("spec.lease.start is more than 48h0m0s ahead")
+    assert rack.namespace not in lease["message"] and "only" not in lease["message"]  # tenant-safe
+    assert condition(far, "Association")["reason"] == "BookingTooFarAhead"
+    assert "booking" not in (far.get("status") or {})
+    assert "metalclaim.io/bookings" not in (rack.read_host("only")["metadata"].get("annotations") or {})
+
+    created = time.monotonic()
+    rack.claim("now", namespace=TENANT_B, identity="tenant-b")  # tenant B, no lease
+    eventually(
+        lambda: condition(rack.read_claim("now", TENANT_B), "Association").get("status") == "True",
+        timeout=REACTION,
+        message=f"now: bound\n{controller.output()}",
+    )
+    print(f"\ntenant B's claim: create -> Association=True in {time.monotonic() - created:.2f} s")
+    assert rack.read_host("only")["spec"]["consumerRef"]["namespace"] == TENANT_B
+    assert not associated(rack, "far") and rack.read_claim("far")["metadata"]["namespace"] == TENANT_A
