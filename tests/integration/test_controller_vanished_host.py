@@ -105,7 +105,12 @@ def test_a_deleted_host_is_lost_and_the_claim_binds_the_other(controller, rack, 
     # The copy beside the host gone went with it (its owner reference: kube-controller-manager's garbage collector).
     eventually(lambda: copy_text(rack, held) == "", timeout=REACTION, message=f"{held}-userdata gone with {held}")
     uid = rack.read_claim("survivor")["metadata"]["uid"]  # Events outlive claims: this test's claim's own
-    events = rack.api("admin", "Event", "v1").get(
-        namespace=TENANT_A, field_selector=f"involvedObject.uid={uid},reason=MissingBareMetalHost"
-    )
-    assert [e.message for e in events.items] == [f"BareMetalHost {rack.namespace}/{held} no longer exists"]
+
+    def missing_events() -> list:  # sent after the run's last status write
+        found = rack.api("admin", "Event", "v1").get(
+            namespace=TENANT_A, field_selector=f"involvedObject.uid={uid},reason=MissingBareMetalHost"
+        )
+        return [e.message for e in found.items]
+
+    eventually(missing_events, timeout=REACTION, message="the MissingBareMetalHost Event")
+    assert missing_events() == [f"BareMetalHost {rack.namespace}/{held} no longer exists"]
