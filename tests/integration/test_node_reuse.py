@@ -161,7 +161,12 @@ def test_an_uncleaned_hold_ends_on_time_across_a_restart_and_is_cleaned_first(de
     try:
         eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 bound\n{first.output()}")
         delete_claim(rack, "c1")
-        eventually(lambda: hold_of(rack, "h1") is not None, timeout=REACTION, message=f"held\n{first.output()}")
+        # Held once given back (the mark is written with the scrub already, beside the disabled cleaning).
+        eventually(
+            lambda: hold_of(rack, "h1") is not None and "consumerRef" not in rack.read_host("h1")["spec"],
+            timeout=REACTION,
+            message=f"held\n{first.output()}",
+        )
         hold = hold_of(rack, "h1")
         assert hold["cleaned"] is False
         assert rack.read_host("h1")["spec"]["automatedCleaningMode"] == "disabled"  # the disks kept for md-0
@@ -345,11 +350,14 @@ def test_with_the_provisioner_an_uncleaned_hold_is_wiped_before_the_pool(devenv,
             message=f"a's host powered on\n{both()}",
         )
         site.api("HostClaim", identity="tenant-a").delete(name="a", namespace=TENANT_A)
-        eventually(
-            lambda: "metalclaim.io/reuse-hold" in (site.read("h0")["metadata"].get("annotations") or {}),
-            timeout=60,
-            message=f"held\n{both()}",
-        )
+
+        # Held once given back: the mark (written with the scrub already, as the host-fields guard wants it beside
+        # a disabled cleaning) and no consumerRef.
+        def held() -> bool:
+            host = site.read("h0")
+            return HOLD in (host["metadata"].get("annotations") or {}) and not host["spec"].get("consumerRef")
+
+        eventually(held, timeout=60, message=f"held\n{both()}")
         kept = host_conditions()["Cleaned"]
         assert (kept["status"], kept["reason"]) == ("False", "CleaningDisabled"), kept  # the disks kept for md-0
         assert bmc.power_state() == "Off"

@@ -42,6 +42,10 @@ def quoted(expression: str) -> list[str]:
     return re.findall(r"'([^']*)'", expression)
 
 
+def tasks_text() -> str:
+    return (REPO / "roles/install/tasks/main.yml").read_text()
+
+
 def changed(before: dict, after: dict) -> set[str]:
     return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
@@ -111,10 +115,18 @@ def test_the_guards_hold_the_shipped_identities_and_the_install_role_adds_its_ow
     hosts, leases = variables("host_fields_policy.yaml"), variables("lease_policy.yaml")
     claim_side = defaults["install_claim_side_users"]
     assert quoted(hosts["claimSideUsers"]) == quoted(leases["claimSideUsers"]) == claim_side
-    assert quoted(hosts["tenancySideUsers"]) == defaults["install_tenancy_users"]
+    # The tenants side's names on hosts and claims: the role's, but for the claim side's ServiceAccount (its
+    # Deployment runs the claim side only), as the role writes the Extra lists (install_claim_side_users left out).
+    claim_account = "system:serviceaccount:metalclaim-system:metalclaim-controller"
+    tenancy = [name for name in defaults["install_tenancy_users"] if name != claim_account]
+    members = variables("hostclaim_members_policy.yaml")
+    assert quoted(hosts["tenancySideUsers"]) == quoted(members["tenancySideUsers"]) == tenancy
+    assert quoted(members["claimSideUsers"]) == claim_side
+    assert claim_account in claim_side and claim_account not in tenancy
+    assert tasks_text().count("install_tenancy_users | difference(install_claim_side_users)") == 2
     assert quoted(leases["provisionerSideUsers"]) == defaults["install_provisioner_users"]
-    tasks = (REPO / "roles/install/tasks/main.yml").read_text()
-    for policy in (hosts, leases):
+    tasks = tasks_text()
+    for policy in (hosts, leases, members):
         extra = [name for name in policy if name.endswith("ExtraUsers")]
         assert list(policy)[: len(extra)] == extra and all(policy[name] == "[]" for name in extra)
         assert all(f"{{variable: {name}," in tasks for name in extra)  # the role writes each

@@ -48,7 +48,7 @@ def give_back_clean(run, host: dict, claim: dict | None) -> dict:
                     raise
         shown = {"metadata": {"name": name, "namespace": host_ns, "uid": record["uid"]}}
         run.record("Secret", shown, None, secret=True)
-    scrubbed = reuse.scrubbed(scrubbed_spec(host), offer)
+    scrubbed = reuse.scrubbed(scrubbed_spec(host), offer, claim, now_of(run))
     # No settings asked any more, before the scrub starts deprovisioning. Only while the scrub is to come: the HFS
     # is emptied before it, so a host already scrubbed (waiting to be given back) costs no read each run.
     if scrubbed != host and firmware.involved(claim):

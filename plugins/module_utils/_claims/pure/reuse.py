@@ -10,11 +10,12 @@ the disks wiped when any of them says so. A namespace whose policies offer nothi
 its NodeReuse condition says reuse is not offered, and its host returns to the pool at release.
 
 When such a claim is released (deleted, or its lease ended), its host goes through the release path (scrubbed,
-powered off, deprovisioned; cleaned only when the policy says ``clean``) and, in the write that clears its
-consumerRef, is marked held (HOLD_ANNOTATION: the claim's namespace, key and name, the hold's end, whether it was
-cleaned). While held, only a claim of that namespace with that key binds it, before any other host; at the
-hold's end the mark goes: a cleaned host is free at once, one not cleaned is marked in use
-(metal3.IN_USE_ANNOTATION) so that its provisioner deprovisions it with cleaning before anyone binds it.
+powered off, deprovisioned; cleaned only when the policy says ``clean``, and then marked held uncleaned in the
+scrub's write already) and, in the write that clears its consumerRef, is marked held (HOLD_ANNOTATION: the
+claim's namespace, key and name, the hold's end, whether it was cleaned). While held, only a claim of that
+namespace with that key binds it, before any other host; at the hold's end the mark goes: a cleaned host is free
+at once, one not cleaned is marked in use (metal3.IN_USE_ANNOTATION) so that its provisioner deprovisions it with
+cleaning before anyone binds it.
 
 Every decision takes the run's time (``now``): no clock here.
 """
@@ -150,12 +151,23 @@ def to_hold(claim: dict, offer: Offer | None) -> Offer | None:
     return offer if key is not None else None
 
 
-def scrubbed(host: dict, offer: Offer | None) -> dict:
-    """The release scrub (release.scrubbed_spec's result) for a host to be held: no cleaning when the offer says so."""
+def scrubbed(host: dict, offer: Offer | None, claim: dict, now: datetime.datetime) -> dict:
+    """The release scrub (release.scrubbed_spec's result) for a host to be held: no cleaning when the offer says so.
+    Not cleaned, it is marked held uncleaned for the claim in the same write (the mark held() then writes at the
+    give-back, its end counted from there): the host-fields guard lets the claim side disable cleaning only so, and
+    every way a hold ends cleans a host so marked (ended()). A mark already saying so for the claim is kept: the next
+    run writes nothing."""
     if offer is None or offer.clean:
         return host
     held = copy.deepcopy(host)
     held["spec"]["automatedCleaningMode"] = "disabled"
+    meta = claim["metadata"]
+    mine = (meta["namespace"], reuse_key(claim), meta["name"])
+    mark = hold_of(host)
+    if mark is None or mark.cleaned or (mark.namespace, mark.key, mark.claim) != mine:
+        mark = Hold(*mine, now + datetime.timedelta(seconds=offer.hold), False)
+        annotations = held["metadata"].get("annotations") or {}
+        held["metadata"]["annotations"] = {**annotations, HOLD_ANNOTATION: mark.encoded()}
     return held
 
 

@@ -81,11 +81,22 @@ def test_the_release_scrub_cleans_unless_the_offer_says_not():
     bound = host(consumer=claim())
     bound["spec"]["image"] = {"url": "http://x"}
     scrub = scrubbed_spec(bound)
-    assert reuse.scrubbed(scrub, reuse.Offer(60, True)) == scrub
-    assert reuse.scrubbed(scrub, None) == scrub
-    kept = reuse.scrubbed(scrub, reuse.Offer(60, False))
+    assert reuse.scrubbed(scrub, reuse.Offer(60, True), claim("c1"), T0) == scrub
+    assert reuse.scrubbed(scrub, None, claim("c1"), T0) == scrub
+    kept = reuse.scrubbed(scrub, reuse.Offer(60, False), claim("c1"), T0)
     assert kept["spec"]["automatedCleaningMode"] == "disabled" and "image" not in kept["spec"]
-    assert reuse.scrubbed(kept, reuse.Offer(60, False)) == kept  # idempotent: the next run writes nothing
+    # Marked held uncleaned in the same write (the host-fields guard allows "disabled" only so).
+    assert reuse.hold_of(kept) == reuse.Hold("t", "md-0", "c1", at(60), False)
+    later = T0 + datetime.timedelta(seconds=30)
+    assert reuse.scrubbed(kept, reuse.Offer(60, False), claim("c1"), later) == kept  # idempotent: no write next run
+
+
+def test_a_mark_that_does_not_say_uncleaned_for_the_claim_is_replaced_at_the_scrub():
+    scrub = scrubbed_spec(host(consumer=claim()))
+    for forged in (reuse.Hold("t", "md-0", "c1", at(999), True), reuse.Hold("other", "md-0", "c1", at(5), False)):
+        scrub["metadata"]["annotations"] = {reuse.HOLD_ANNOTATION: forged.encoded()}
+        kept = reuse.scrubbed(scrub, reuse.Offer(60, False), claim("c1"), T0)
+        assert reuse.hold_of(kept) == reuse.Hold("t", "md-0", "c1", at(60), False)
 
 
 def test_a_held_host_is_marked_for_its_namespace_key_and_end():
