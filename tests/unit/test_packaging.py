@@ -134,7 +134,7 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
     scratch = tmp_path_factory.mktemp("wheel")
     source = scratch / "source"  # setuptools writes build/ and *.egg-info beside its sources: a copy
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "COPYING"):
         shutil.copy2(REPO_ROOT / name, source / name)
     shutil.copytree(
         REPO_ROOT / "controller", source / "controller", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
@@ -182,6 +182,17 @@ def test_the_wheel_declares_every_distribution_it_imports(wheel):
                     continue
                 assert module in distribution, f"{name}: imports {module}, from which distribution?"
                 assert distribution[module] in declared, f"{name}: imports {module}, pyproject does not declare it"
+
+
+def test_the_wheel_states_its_license_as_an_spdx_expression_and_ships_it(wheel):
+    # PEP 639 (pyproject.toml's license string and license-files), not the deprecated table form.
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    headers = wheel.read(metadata).decode().split("\n\n", 1)[0].splitlines()
+    assert "License-Expression: GPL-3.0-or-later" in headers, [h for h in headers if h.startswith("License")]
+    assert "License-File: COPYING" in headers
+    assert not [h for h in headers if h.startswith(("License:", "Classifier: License ::"))], headers
+    (copying,) = [n for n in wheel.namelist() if n.endswith(".dist-info/licenses/COPYING")]
+    assert wheel.read(copying) == (REPO_ROOT / "COPYING").read_bytes()
 
 
 def test_the_wheel_has_the_controller_and_mediaserver_console_scripts(wheel):
