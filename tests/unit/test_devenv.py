@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -36,6 +40,32 @@ def test_serving_certificate_names_loopback(tmp_path):
     sans = load(pair.cert).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
     assert sans.get_values_for_type(x509.DNSName) == ["localhost"]
+
+
+def test_serving_certificate_passes_strict_verification(tmp_path):
+    # Python 3.13's default TLS context, and urllib3's (the kubernetes client) on it, verify with VERIFY_X509_STRICT,
+    # which wants key identifiers: a module run by ansible-core 2.21 on 3.13 must accept the devenv's apiserver.
+    ca = CertificateAuthority(tmp_path)
+    pair = ca.issue("apiserver", "kube-apiserver", server_names=("127.0.0.1",))
+    serving = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    serving.load_cert_chain(pair.cert, pair.key)
+    strict = ssl.create_default_context(cafile=str(ca.cert_path))
+    strict.verify_flags |= ssl.VERIFY_X509_STRICT
+    left, right = socket.socketpair()
+
+    def serve():
+        with contextlib.suppress(OSError):  # (ssl.SSLError too: the client hangs up on a certificate it refuses)
+            serving.wrap_socket(right, server_side=True).close()
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        with strict.wrap_socket(left, server_hostname="127.0.0.1") as tls:
+            assert tls.version()
+    finally:
+        left.close()
+        server.join(10)
+        right.close()
 
 
 def test_ca_is_reused_not_regenerated(tmp_path):

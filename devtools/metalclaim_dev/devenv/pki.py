@@ -64,6 +64,7 @@ class CertificateAuthority:
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(self._key.public_key()), critical=False)
             .add_extension(
                 x509.KeyUsage(
                     digital_signature=True,
@@ -108,6 +109,10 @@ class CertificateAuthority:
             .not_valid_after(now + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            # Key identifiers (RFC 5280), which Python 3.13's default TLS context (VERIFY_X509_STRICT) and urllib3
+            # on it require: without them a client on 3.13 refuses the devenv's certificates.
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()), critical=False)
         )
         if server_names:
             sans: list[x509.GeneralName] = []
