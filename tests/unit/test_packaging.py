@@ -129,6 +129,20 @@ def test_requirements_txt_states_lower_bounds_for_what_the_modules_import():
     assert imported == set(wanted), (imported, wanted)
 
 
+def test_requires_ansible_is_the_range_ci_tests():
+    # meta/runtime.yml claims the minor releases CI runs, no more: make matrix's (ANSIBLE_MATRIX) and the .venv's
+    # (requirements/runtime.txt), without a gap; else ansible-core warns of a release the collection passes, or
+    # stays silent on one never tested.
+    (matrix,) = re.findall(r"^ANSIBLE_MATRIX \?= (.+)$", (REPO_ROOT / "Makefile").read_text(), re.MULTILINE)
+    runtime_txt = (REPO_ROOT / "requirements" / "runtime.txt").read_text()
+    (venv,) = re.findall(r"^ansible-core==(\S+)$", runtime_txt, re.MULTILINE)
+    minors = sorted({tuple(int(part) for part in v.split(".")[:2]) for v in [*matrix.split(), venv]})
+    assert minors == [(2, minor) for minor in range(minors[0][1], minors[-1][1] + 1)], minors
+    (first, last) = (minors[0][1], minors[-1][1])
+    runtime = yaml.safe_load((REPO_ROOT / "meta" / "runtime.yml").read_text())
+    assert runtime["requires_ansible"] == f">=2.{first}.0,<2.{last + 1}.0", (runtime["requires_ansible"], minors)
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
     scratch = tmp_path_factory.mktemp("wheel")
