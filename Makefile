@@ -22,7 +22,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(COLLECTIONS)
 export ANSIBLE_COLLECTIONS_SCAN_SYS_PATH := false
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup system-packages test-packages vm-setup demo demo-vm test static-checks role-checks e2e unit integration lint build galaxy-check sanity matrix molecule devenv-up devenv-down controlplane clean lock bench
+.PHONY: help setup system-packages test-packages vm-setup demo demo-vm test static-checks role-checks e2e unit integration lint build galaxy-check sanity matrix changelog molecule devenv-up devenv-down controlplane clean lock bench
 
 help:
 	@echo "make demo   - bring up the local environment, start the controller, play the user guide with kubectl"
@@ -35,6 +35,7 @@ help:
 	@echo "make image  - the controller image (podman; its base debootstrapped from Debian packages, no registry)"
 	@echo "make node-test - the image run as the Deployments run it, on the devenv's node (root; containerd, kubelet)"
 	@echo "make bench  - the benchmark beside the one-run-per-event baseline (figures, a JSON file and a PNG in $(BENCH_OUT))"
+	@echo "make changelog - fold changelogs/fragments/ into galaxy.yml's release (changelog.yaml, CHANGELOG.rst)"
 
 # The controller (the wheel's package) and the development package (devtools/: the devenv, the test and bench
 # helpers; never in the wheel or the tarball), both editable.
@@ -128,6 +129,16 @@ sanity: build
 # each in a small virtualenv of its own (.venv-ansible-X, made once): hack/ansible-matrix.sh.
 matrix: build
 	bash hack/ansible-matrix.sh $(ANSIBLE_MATRIX)
+
+# The fragments of changelogs/fragments/ folded into the release galaxy.yml names (changelogs/changelog.yaml and
+# CHANGELOG.rst), then removed (changelogs/config.yaml: keep_fragments false), so the tarball ships no stale one:
+# after adding a fragment, and after bumping the version (a new release). tests/unit/test_changelog.py fails while
+# a fragment waits. --reload-plugins: a module added since the last fold is listed under New Modules. A later fold
+# warns "Found no release_summary section": of the fragments it adds; the release keeps its summary.
+changelog: setup
+	$(VENV)/bin/antsibull-changelog lint
+	$(VENV)/bin/antsibull-changelog release --version $(shell sed -n 's/^version: *//p' galaxy.yml) --update-existing \
+		--reload-plugins
 
 molecule: setup controlplane
 	$(VENV)/bin/molecule test --all  # molecule/*: default (the install role), hosts, policy, claims, claimsets
