@@ -229,6 +229,6 @@ def test_nothing_in_the_wheel_looks_for_the_checkout(wheel):
     assert sources
     for name, text in sources.items():
         assert "REPO_ROOT" not in text, name
-        assert not re.search(r"""["'/]shared\b""", text), f"{name} reaches for ../shared"
+        assert not re.search(r"""["'/]shared\b""", text), f"{name} reaches for a directory beside the checkout"
         assert not re.search(r"__file__\)?\.resolve\(\)\.parents\[[2-9]", text), f"{name} climbs out of its package"
         assert not re.search(r"""["'/]\.collections\b""", text), f"{name} looks for the checkout's collections path"

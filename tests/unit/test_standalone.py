@@ -1,7 +1,7 @@
 """A checkout stands alone: nothing tracked names a path outside the repository.
 
 Users clone the repository by itself, and `.ci/run` tests a clone in a directory holding nothing else; a path that
-climbs out of the tree (`../shared/...`, `REPO_ROOT.parent`, `parents[k]` past the root) works only on a machine
+climbs out of the tree (`../beside/...`, `REPO_ROOT.parent`, `parents[k]` past the root) works only on a machine
 that happens to have that directory beside the checkout, and fails for everyone else.
 """
 
@@ -71,10 +71,10 @@ def test_no_tracked_file_names_a_path_outside_the_repository():
 @pytest.mark.parametrize(
     ("name", "text"),
     [
-        ("devtools/metalclaim_dev/devenv/demo.py", 'GUIDE = REPO_ROOT.parent / "shared" / "seeds" / "000.txt"'),
-        ("tests/unit/test_crds.py", 'SEED = Path(__file__).resolve().parents[3] / "shared"'),
-        (".ci/run", "[[ -d ../shared/seeds ]] || exit 1"),
-        ("Makefile", "\tcp ../shared/seeds/guide.txt build/"),
+        ("devtools/metalclaim_dev/devenv/demo.py", 'GUIDE = REPO_ROOT.parent / "beside" / "guide.txt"'),
+        ("tests/unit/test_crds.py", 'SEED = Path(__file__).resolve().parents[3] / "beside"'),
+        (".ci/run", "[[ -d ../beside/docs ]] || exit 1"),
+        ("Makefile", "\tcp ../beside/guide.txt build/"),
         ("hack/x.sh", 'cd "$(dirname "$0")/../.."'),
         ("roles/install/defaults/main.yml", 'install_manifests: "{{ role_path }}/../../../config"'),
         ("config/default/kustomization.yaml", "  - ../../../outside"),
