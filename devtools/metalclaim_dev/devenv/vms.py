@@ -37,6 +37,7 @@ POOL_NAME = "default"  # sushy-tools' libvirt driver uploads inserted ISOs into 
 DISK_POOL_NAME = "metalclaim-disks"  # the driver reports only disks that are volumes of a pool
 VM_PREFIX = "mc-vm"
 VM_MEMORY_MIB = 1024  # the emulator reports memory in whole GiB: less would show as none
+USERADD_NAME_IN_USE = 9  # useradd(8): "username or group name already in use"
 VM_DISK_BYTES = 3 * 1024**3
 # A second, small fixed disk: a tenant may write to any disk, so cleaning must reach every one.
 VM_DATA_DISK_BYTES = 64 * 1024**2
@@ -114,12 +115,14 @@ def check_can_run() -> None:
 
 
 def ensure_libvirt_accounts() -> None:
-    """libvirtd without libvirt-daemon-system refuses to start unless these exist (it runs QEMU as root here)."""
+    """libvirtd without libvirt-daemon-system refuses to start unless these exist (it runs QEMU as root here).
+    Two pytest workers may get here at once: whichever adds an account second finds it there, and that is fine."""
     for group in ("kvm", "libvirt-qemu"):
         if subprocess.run(["getent", "group", group], capture_output=True).returncode != 0:
-            subprocess.run(["groupadd", "--system", group], check=True)
+            # --force: success when the group exists by now.
+            subprocess.run(["groupadd", "--system", "--force", group], check=True)
     if subprocess.run(["getent", "passwd", "libvirt-qemu"], capture_output=True).returncode != 0:
-        subprocess.run(
+        added = subprocess.run(
             [
                 "useradd",
                 "--system",
@@ -130,8 +133,15 @@ def ensure_libvirt_accounts() -> None:
                 "/usr/sbin/nologin",
                 "libvirt-qemu",
             ],
-            check=True,
+            capture_output=True,
+            text=True,
         )
+        # useradd exits 9 when the name is taken: by the other worker, if getent now finds the user.
+        taken = added.returncode == USERADD_NAME_IN_USE
+        if added.returncode != 0 and not (
+            taken and subprocess.run(["getent", "passwd", "libvirt-qemu"], capture_output=True).returncode == 0
+        ):
+            raise DevenvError(f"cannot add the libvirt-qemu user: {added.stderr.strip()}")
 
 
 def write_libvirt_config(root: Path) -> None:
