@@ -31,6 +31,13 @@ COLLECTIONS = REPO / ".collections"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.media import (  # noqa: E402
+    token_key,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import (  # noqa: E402
+    opened_operation,
+)
+
 from metalclaim_dev.claimlayer import Rack  # noqa: E402
 from metalclaim_dev.controllerproc import ControllerProcess  # noqa: E402
 from metalclaim_dev.netfixtures import FaultProxy, post_json  # noqa: E402
@@ -568,7 +575,8 @@ class FakeWriter(threading.Thread):
         for host in api(self.admin, "BareMetalHost").get(namespace=self.namespace).to_dict()["items"]:
             annotations = host["metadata"].get("annotations") or {}
             with contextlib.suppress(ValueError, TypeError):
-                operation = json.loads(annotations.get("provisioner.metalclaim.io/operation") or "{}")
+                recorded = json.loads(annotations.get("provisioner.metalclaim.io/operation") or "{}")
+                operation = opened_operation(recorded, token_key(str(self.media.parent)))[0]
                 if token in (operation.get("token"), operation.get("warm")):
                     return host["metadata"]["name"]
         return None

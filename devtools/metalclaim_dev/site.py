@@ -7,11 +7,15 @@ import json
 import uuid
 from pathlib import Path
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.media import token_key
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.redfish import RedfishClient
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.bmc_address import (
     parse_bmc_address,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import OPERATION_ANNOTATION
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import (
+    opened_operation,
+)
 from kubernetes.client.exceptions import ApiException
 
 from metalclaim_dev.claimlayer import host_body
@@ -114,9 +118,12 @@ class Site:
     def state(self, name: str) -> str:
         return ((self.read(name).get("status") or {}).get("provisioning") or {}).get("state", "")
 
-    def operation(self, name: str) -> dict:
-        """The provisioner's operation in flight on a host (its annotation), {} when none."""
-        return json.loads((self.read(name)["metadata"].get("annotations") or {}).get(OPERATION_ANNOTATION) or "{}")
+    def operation(self, name: str, media_dir: str | None = None) -> dict:
+        """The provisioner's operation in flight on a host (its annotation), {} when none. It records references to its
+        media tokens; given the media directory, they are opened with its key into the tokens (what the provisioner
+        and the machine it boots know, and no reader of the host)."""
+        recorded = json.loads((self.read(name)["metadata"].get("annotations") or {}).get(OPERATION_ANNOTATION) or "{}")
+        return opened_operation(recorded, token_key(str(media_dir)))[0] if media_dir else recorded
 
     def provision(self, wait: float = 0, diff: bool = False, check_mode: bool = False, **options) -> dict:
         args = {"namespaces": [self.namespace], "wait": wait, **FAST, **self.as_provisioner(), **options}

@@ -24,7 +24,9 @@ IMAGE = {"url": "http://127.0.0.1:9/img.qcow2", "format": "qcow2", "checksum": "
 def test_a_writers_callback_steps_exactly_its_host_at_once(devenv, site, files, media_server, tmp_path):
     provisioner = disk_image_provisioner(devenv, site, files, media_server, tmp_path / "provisioner", ["h0", "h1"])
     key = f"host/{site.namespace}/h0"
-    operation = site.operation
+
+    def operation(name):  # as the provisioner's pod sees it: the host's token references opened with the media key
+        return site.operation(name, media_server["dir"])
 
     try:
         site.patch_hosts({"image": IMAGE, "online": True})

@@ -185,8 +185,10 @@ def test_a_disk_image_through_the_config_drive_and_the_writers_callback(site, fi
         site.reconcile_and_provision(wait=8, **options)
         if OPERATION in (site.read("h0")["metadata"].get("annotations") or {}):
             break
-    operation = json.loads(site.read("h0")["metadata"]["annotations"][OPERATION])
-    token = operation["token"]
+    # The host records a reference; the token is what the provisioner's media key makes of it (what the BMC is given).
+    reference = json.loads(site.read("h0")["metadata"]["annotations"][OPERATION])["token"]
+    token = site.operation("h0", media_server["dir"])["token"]
+    assert reference != token and reference not in token
     config_url = f"{media_server['url']}/media/{token}/config-drive.iso"
     bmc = site.bmc(0)
     try:
@@ -218,7 +220,7 @@ def test_a_disk_image_through_the_config_drive_and_the_writers_callback(site, fi
         return OPERATION in annotations and json.loads(annotations[OPERATION]).get("powered")
 
     eventually(retried, timeout=60, interval=1)
-    retry = json.loads(site.read("h0")["metadata"]["annotations"][OPERATION])
+    retry = site.operation("h0", media_server["dir"])
     assert retry["token"] != token
     post_json(f"{media_server['url']}/callback/{retry['token']}", {"status": "success", "message": "image written"})
     settle(site, "h0", "provisioned", **options)

@@ -18,6 +18,12 @@ import urllib.request
 import pytest
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import WARM_ANNOTATION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import warm
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (
+    CONFIG_DRIVE_FILE,
+    OPERATION_ANNOTATION,
+    WARM,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import NEXT_FILE
 
 from metalclaim_dev.configdrive_reader import read_config_drive
 from metalclaim_dev.netfixtures import post_json
@@ -39,6 +45,31 @@ def http_status(url: str) -> int:
             return response.status
     except urllib.error.HTTPError as error:
         return error.code
+
+
+def post_status(url: str, body: dict) -> int:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def the_claim_side_gets_nothing_from_the_host(site, media_url: str) -> dict:
+    """Issue 40's attack, as the claim side (the devenv's `controller` user), which may read every host: each value of
+    the host's recorded operation tried as a media token. Tokens opened the cleaning's callback (a host given back
+    unwiped) and a warm writer's next job (another tenant's config drive); the host now holds references only."""
+    host = site.api("BareMetalHost", identity="controller").get(name="h0", namespace=site.namespace).to_dict()
+    recorded = json.loads(host["metadata"]["annotations"][OPERATION_ANNOTATION])
+    assert recorded.get("token"), recorded
+    for value in (v for v in recorded.values() if isinstance(v, str)):
+        for filename in (NEXT_FILE, CONFIG_DRIVE_FILE):
+            assert http_status(f"{media_url}/media/{value}/{filename}") == 404, (filename, recorded)
+        assert post_status(f"{media_url}/callback/{value}", {"status": "success", "message": "forged"}) == 404
+    return recorded
 
 
 def handed_job(url: str) -> dict | None:
@@ -67,6 +98,8 @@ def clean_until_warm(site, bmc, both) -> dict:
     cleaning = boot_writer(bmc, both)
     assert cleaning["mode"] == "clean" and set(cleaning["warm"]) == {"next", "ack"}, cleaning
     assert http_status(cleaning["warm"]["next"]) == 404  # no job yet
+    media_url = cleaning["callback"]["url"].rsplit("/callback/", 1)[0]
+    assert the_claim_side_gets_nothing_from_the_host(site, media_url)["kind"] == "clean"
     post_json(cleaning["callback"]["url"], {"status": "success", "message": "metadata wiped on /dev/sda"})
 
     def warm_and_free() -> bool:
@@ -75,6 +108,7 @@ def clean_until_warm(site, bmc, both) -> dict:
         return WARM_ANNOTATION in annotations and not host["spec"].get("consumerRef")
 
     eventually(warm_and_free, timeout=90, message=f"h0 warm and given back\n{both()}")
+    assert the_claim_side_gets_nothing_from_the_host(site, media_url)["kind"] == WARM
     return cleaning["warm"]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.media import token_key
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import redact
 
 from . import mapper
@@ -37,8 +38,13 @@ class EventHandlers:
         # The tenants whose hooks want the claim events of a namespace.
         self.stores["Tenant"].add_index("claim-namespace", mapper.tenant_claim_namespaces)
         self.stores["BareMetalHost"].add_index("namespace", lambda h: [h["metadata"]["namespace"]])
-        # The media tokens each host's provisioner operation holds: the host an image writer's callback is for.
-        self.stores["BareMetalHost"].add_index("media-token", mapper.operation_tokens)
+        # The media tokens each host's provisioner operation holds: the host an image writer's callback is for. Hosts
+        # record references to them, opened with the media directory's key (made here when this side starts first).
+        self._media_key = token_key(settings.media_dir) if self.watches_callbacks(settings) else b""
+        if self._media_key:
+            self.stores["BareMetalHost"].add_index(
+                "media-token", lambda host: mapper.operation_tokens(host, self._media_key)
+            )
         # The claim key each host's consumerRef names: whether a claim gone still holds a host.
         self.stores["BareMetalHost"].add_index("consumer", lambda h: [k for k in [mapper.consumer_key(h)] if k])
         # The hosts waiting for a provisioning slot: a host that gives one up wakes them.
@@ -159,10 +165,16 @@ class EventHandlers:
         hosts = self.stores["BareMetalHost"].by_index("namespace", (new or old)["metadata"]["name"])
         self._enqueue("Namespace", mapper.infra_namespace_changed(old, new, hosts), initial)
 
+    @staticmethod
+    def watches_callbacks(settings) -> bool:
+        """Whether this controller watches the image writers' callbacks (manager.py starts callbacks.CallbackWatch)."""
+        return PROVISIONER in settings.scope.sides and bool(settings.media_dir)
+
     def on_callback(self, token: str) -> bool:
         """An image writer's callback (or a warm writer's acknowledgement) under `token` (callbacks.CallbackWatch): the
         host whose operation holds it is stepped now. Whether a host holds it."""
-        found = mapper.callback_arrived(token, self.stores["BareMetalHost"].by_index("media-token", token))
+        hosts = self.stores["BareMetalHost"].by_index("media-token", token) if self._media_key else []
+        found = mapper.callback_arrived(token, hosts, self._media_key)
         if found.keys:
             self._log("callback", token=redact(token), hosts=[f"{ns}/{name}" for _kind, ns, name in found.keys])
             self.metrics.callbacks.labels("woken").inc()

@@ -158,7 +158,7 @@ class Controller:
             self.metrics.leader.set(1)
         self.dispatcher.start_threads()
         threading.Thread(target=self.handlers.resync, name="resync", daemon=True).start()
-        if PROVISIONER in settings.scope.sides and settings.media_dir:
+        if self.handlers.watches_callbacks(settings):
             # The image writers' callbacks wake their hosts (the provision role is told so: groups.py).
             self.callback_watch = CallbackWatch(
                 settings.media_dir,

@@ -49,6 +49,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import (
     CALLBACK_SUFFIX,
     TOKEN_RE,
+    opened_operation,  # an operation's token references as the tokens they stand for (under the media key)
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.kubeconfig import (
     compile_allowed,
@@ -311,10 +312,11 @@ def infra_namespace_changed(old: dict | None, new: dict | None, hosts_in_namespa
     return Keys(sorted(key_of(HOST, host) for host in hosts_in_namespace))
 
 
-def operation_tokens(host: dict | None) -> list[str]:
+def operation_tokens(host: dict | None, key: bytes) -> list[str]:
     """The media tokens a host's provisioner operation holds: its job's, the warm writer's it was handed to, the one a
-    cleaning's writer would wait under. A callback under any of them is news for that host (the host store's index)."""
-    return tokens_of(operation(host or {}))
+    cleaning's writer would wait under. A callback under any of them is news for that host (the host store's index).
+    The host records references only; `key` (the media directory's) opens them."""
+    return tokens_of(opened_operation(operation(host or {}), key)[0])
 
 
 def callback_token(filename: str) -> str | None:
@@ -324,11 +326,11 @@ def callback_token(filename: str) -> str | None:
     return token if TOKEN_RE.fullmatch(token) else None
 
 
-def callback_arrived(token: str, hosts_holding: list[dict]) -> Keys:
+def callback_arrived(token: str, hosts_holding: list[dict], key: bytes) -> Keys:
     """An image writer called back (or a warm one took its job) under `token`: the host whose operation holds it is
     stepped now, not at its next poll. `hosts_holding`: those the host store's operation_tokens index names for it.
     A token no host's operation holds (withdrawn, not recorded yet, or nobody's) wakes nothing."""
-    return Keys(sorted({key_of(HOST, host) for host in hosts_holding if token in operation_tokens(host)}))
+    return Keys(sorted({key_of(HOST, host) for host in hosts_holding if token in operation_tokens(host, key)}))
 
 
 def secret_changed(old: dict | None, new: dict | None, referencing_claims: list[dict]) -> Keys:

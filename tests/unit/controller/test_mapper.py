@@ -6,6 +6,7 @@ import copy
 import json
 
 import pytest
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import token_for
 
 from metalclaim.controller import mapper
 from metalclaim.controller.mapper import CLAIM, HOST, REMOTE
@@ -241,7 +242,10 @@ def test_kinds_flag():
 
 # -- the image writers' callbacks (callbacks.CallbackWatch) ------------------------------------------------------------
 
-TOKEN, WARM, WAIT, OTHER = "T" * 43, "W" * 43, "A" * 43, "O" * 43
+# Hosts record references (22 characters); the tokens are what the media key makes of them.
+KEY = bytes(range(32))
+REFERENCES = {name: letter * 22 for name, letter in (("token", "T"), ("warm", "W"), ("wait", "A"), ("other", "O"))}
+TOKEN, WARM, WAIT, OTHER = (token_for(KEY, REFERENCES[name]) for name in ("token", "warm", "wait", "other"))
 
 
 def with_operation(host: dict, name: str, **operation) -> dict:
@@ -257,15 +261,21 @@ def test_a_callback_file_names_its_token_and_nothing_else_does():
 
 
 def test_a_callback_wakes_the_host_whose_operation_holds_its_token_and_an_unknown_one_wakes_nothing():
-    deploy = with_operation(HOST_OBJ, "h1", kind="deploy", token=TOKEN)
-    warm = with_operation(HOST_OBJ, "h2", kind="deploy", token=OTHER, warm=WARM)
-    cleaning = with_operation(HOST_OBJ, "h3", kind="clean", token=OTHER, wait=WAIT)
-    assert mapper.operation_tokens(deploy) == [TOKEN]
-    assert mapper.operation_tokens(warm) == [OTHER, WARM]  # the job's callback and the warm writer's acknowledgement
-    assert mapper.operation_tokens(HOST_OBJ) == [] and mapper.operation_tokens(None) == []
-    assert mapper.callback_arrived(TOKEN, [deploy]).keys == [(HOST, "infra", "h1")]
-    assert mapper.callback_arrived(WARM, [warm]).keys == [(HOST, "infra", "h2")]
-    assert mapper.callback_arrived(WAIT, [cleaning]).keys == [(HOST, "infra", "h3")]
-    assert mapper.callback_arrived("U" * 43, []).keys == []
+    ref = REFERENCES
+    deploy = with_operation(HOST_OBJ, "h1", kind="deploy", token=ref["token"])
+    warm = with_operation(HOST_OBJ, "h2", kind="deploy", token=ref["other"], warm=ref["warm"])
+    cleaning = with_operation(HOST_OBJ, "h3", kind="clean", token=ref["other"], wait=ref["wait"])
+    assert mapper.operation_tokens(deploy, KEY) == [TOKEN]
+    # the job's callback and the warm writer's acknowledgement
+    assert mapper.operation_tokens(warm, KEY) == [OTHER, WARM]
+    assert mapper.operation_tokens(HOST_OBJ, KEY) == [] and mapper.operation_tokens(None, KEY) == []
+    assert mapper.callback_arrived(TOKEN, [deploy], KEY).keys == [(HOST, "infra", "h1")]
+    assert mapper.callback_arrived(WARM, [warm], KEY).keys == [(HOST, "infra", "h2")]
+    assert mapper.callback_arrived(WAIT, [cleaning], KEY).keys == [(HOST, "infra", "h3")]
+    assert mapper.callback_arrived("U" * 43, [], KEY).keys == []
     # What the index named, checked against the host as it is: a token its operation no longer holds wakes nothing.
-    assert mapper.callback_arrived(TOKEN, [warm, HOST_OBJ]).keys == []
+    assert mapper.callback_arrived(TOKEN, [warm, HOST_OBJ], KEY).keys == []
+    # A reference is not its token: a callback under what the host shows wakes nothing, and another key opens it
+    # into another token.
+    assert mapper.callback_arrived(ref["token"], [deploy], KEY).keys == []
+    assert mapper.operation_tokens(deploy, bytes(32)) != [TOKEN]

@@ -6,9 +6,11 @@ Layout under ``media_dir``::
 
     media/<token>/<filename>     served read-only at GET /media/<token>/<filename>
     callbacks/<token>.json       written once by the server on POST /callback/<token>
+    .token-key                   the key hosts' token references are opened with (never served)
 
 The token is the only secret: it is unguessable, appears in no listing, and is withdrawn
-after use. Tokens, names and URLs: _provisioner/pure/media_protocol.py.
+after use. Hosts record only references to tokens, opened with the key (it lives and dies
+with the media it guards). Tokens, names and URLs: _provisioner/pure/media_protocol.py.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import (
     CALLBACK_SUBDIR,
     CALLBACK_SUFFIX,
+    KEY_BYTES,
     MEDIA_SUBDIR,
     check_filename,
     check_token,
@@ -50,6 +53,39 @@ def _write_private(path: str, data: bytes) -> None:
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+
+
+TOKEN_KEY_FILE = ".token-key"
+
+
+def token_key(media_dir: str) -> bytes:
+    """The provisioner's key for token references (media_protocol.token_for), made on first use. The provisioner's
+    runs and its controller (shards sharing the directory too) may race to make it: the first link wins and every
+    other reads that one."""
+    path = os.path.join(media_dir, TOKEN_KEY_FILE)
+    with contextlib.suppress(FileNotFoundError):
+        return _read_key(path)
+    _private_dir(media_dir)
+    candidate = os.path.join(media_dir, f".{TOKEN_KEY_FILE}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(secrets.token_bytes(KEY_BYTES))
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(candidate, path)
+    finally:
+        os.unlink(candidate)
+    return _read_key(path)
+
+
+def _read_key(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        key = handle.read()
+    if len(key) != KEY_BYTES:
+        raise ValueError(f"{path} holds {len(key)} bytes, not a {KEY_BYTES}-byte media token key")
+    return key
 
 
 def media_path(media_dir: str, token: str, filename: str) -> str:

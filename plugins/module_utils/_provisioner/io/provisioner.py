@@ -22,6 +22,7 @@ import copy
 import dataclasses
 import json
 import re
+import secrets
 import threading
 import time
 
@@ -145,7 +146,10 @@ def provision_hosts(
     pool, pool_problems = _warm_pool(ours, selected, run_fleet)
     run_connections = connections or Connections(options)
     try:
-        works = [_Work(host, timestamp, views.get(_key(host)) or HostKube(kube)) for host in sorted(selected, key=_key)]
+        key = _token_key(options)
+        works = [
+            _Work(host, timestamp, views.get(_key(host)) or HostKube(kube), key) for host in sorted(selected, key=_key)
+        ]
         for work in works:
             work.writes = [] if diff else None
         bounded_map(lambda work: _observe_host(work, options, run_connections), works, options.workers, "host")
@@ -155,7 +159,7 @@ def provision_hosts(
             namespace = work.host["metadata"]["namespace"]
             work.ctx.slot_free = busy < options.max_concurrent
             work.ctx.warm_offered, work.ctx.warm_room = pool.offered(namespace), pool.room(namespace)
-            work.step = work.failure or machine.decide(work.host, work.observed, work.ctx)
+            work.step = work.failure or machine.decide(work.opened, work.observed, work.ctx)
             busy += _busy(work.step.state) - _busy(work.result["previous"])
             pool.count(namespace, _warm_after(work.host, work.step))
         bounded_map(lambda work: _finish_host(work, options, check_mode, run_fleet), works, options.workers, "host")
@@ -165,7 +169,7 @@ def provision_hosts(
     results = [work.result for work in works]
     for work in works:
         work.result["api_calls"] = work.kube.counts()
-    swept = _sweep_media(ours, options) if options.media_dir and not check_mode else []
+    swept = _sweep_media(ours, options, key) if options.media_dir and not check_mode else []
     requeues = [r["requeue_after"] for r in results if r.get("requeue_after") is not None]
     outcome = {
         "changed": any(r["changed"] for r in results),
@@ -429,9 +433,12 @@ class _Bmc:
 class _Work:
     """One host's step in flight: what was read, what the machine decided, what came of it."""
 
-    host: dict
+    host: dict  # as read: its operation records token references (media_protocol.sealed_operation)
     timestamp: str
     kube: HostKube
+    key: bytes  # the references' key (_token_key)
+    opened: dict = dataclasses.field(default_factory=dict)  # the host as the machine sees it: with the tokens
+    references: dict = dataclasses.field(default_factory=dict)  # {token: reference}, to record the step's operation
     result: dict = dataclasses.field(default_factory=dict)
     ctx: machine.Context | None = None
     bmc: _Bmc | None = None
@@ -441,6 +448,7 @@ class _Work:
     writes: list | None = None  # with --diff: (kind, namespace, name, before, after) per write
 
     def __post_init__(self):
+        self.opened, self.references = _opened(self.host, self.key)
         namespace, name = _key(self.host)
         previous = machine.state_of(self.host)
         self.result = {
@@ -452,12 +460,48 @@ class _Work:
             "redfish_requests": 0,
         }
 
+    def mint(self) -> str:
+        """A fresh token for the step, its reference kept to record it by."""
+        reference = protocol.new_reference()
+        token = protocol.token_for(self.key, reference)
+        self.references[token] = reference
+        return token
+
+    def sealed(self, step: machine.Step) -> machine.Step:
+        """The step with the operation it records holding references, never the tokens the machine worked with."""
+        written = step.annotations.get(machine.OPERATION_ANNOTATION)
+        if not written:
+            return step
+        sealed = protocol.sealed_operation(json.loads(written), self.references)
+        annotations = {**step.annotations, machine.OPERATION_ANNOTATION: json.dumps(sealed, sort_keys=True)}
+        return dataclasses.replace(step, annotations=annotations)
+
+
+def _token_key(options: Options) -> bytes:
+    """The key of the hosts' token references: the media directory's, made on first use. Without a media directory
+    nothing is published or served: a key of this run's own does."""
+    return media.token_key(options.media_dir) if options.media_dir else secrets.token_bytes(protocol.KEY_BYTES)
+
+
+def _opened(host: dict, key: bytes) -> tuple[dict, dict]:
+    """The host with its operation's references opened into tokens (the host itself when it records none), and
+    {token: reference}."""
+    op = machine.operation(host)
+    opened_op, references = protocol.opened_operation(op, key)
+    if opened_op == op:
+        return host, references
+    annotations = {
+        **host["metadata"]["annotations"],
+        machine.OPERATION_ANNOTATION: json.dumps(opened_op, sort_keys=True),
+    }
+    return {**host, "metadata": {**host["metadata"], "annotations": annotations}}, references
+
 
 def _observe_host(work: _Work, options: Options, connections: Connections) -> None:
     """Read what the machine needs for this host: its BMC Secret (for a new connection), then Redfish."""
-    host = work.host
+    host = work.opened
     work.ctx = machine.Context(
-        now=work.timestamp, settings=options.settings, new_token=protocol.new_token(), wait_token=protocol.new_token()
+        now=work.timestamp, settings=options.settings, new_token=work.mint(), wait_token=work.mint()
     )
     wait = machine.waiting_for_backoff(host, work.ctx)
     if wait > 0 and not host["metadata"].get("deletionTimestamp"):
@@ -480,7 +524,8 @@ def _finish_host(work: _Work, options: Options, check_mode: bool, fleet: Fleet) 
         return
     result, host, step = work.result, work.host, work.step
     if not check_mode and work.failure is None:
-        step = _carry_out(work.kube, host, step, work.bmc, work.ctx, options)
+        step = _carry_out(work.kube, work.opened, step, work.bmc, work.ctx, options)
+    step = work.sealed(step)
     result["redfish_requests"] = work.bmc.requests if work.bmc is not None else 0
     if step.firmware_status and not check_mode:  # before the host: a claim run its write wakes finds it
         _write_firmware_status(work, step.firmware_status, result)
@@ -665,11 +710,13 @@ def _carry_out(kube, host: dict, step: machine.Step, bmc: _Bmc | None, ctx: mach
 SWEEP_GRACE = 300.0
 
 
-def _sweep_media(hosts: list[dict], options: Options) -> list[str]:
+def _sweep_media(hosts: list[dict], options: Options, key: bytes) -> list[str]:
     """Media whose operation no host records (its recording write failed, its provisioner died) stop being servable
     once older than any operation could be. A shard sharing the media directory records its own hosts' tokens: theirs
     are left alone that long too."""
-    owned = {token for h in hosts for token in machine.tokens_of(machine.operation(h))}
+    owned = {
+        token for h in hosts for token in machine.tokens_of(protocol.opened_operation(machine.operation(h), key)[0])
+    }
     return media.sweep(options.media_dir, owned, options.settings.callback_timeout + SWEEP_GRACE)
 
 

@@ -30,7 +30,10 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     WARM_ANNOTATION,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import defaults, firmware, reach
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import media_url
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import (
+    TOKEN_FIELDS,
+    media_url,
+)
 
 # Metal3 provisioning states, by name (each one of metal3.STATES).
 NONE = ""
@@ -183,7 +186,7 @@ def operation(host: dict) -> dict:
 def tokens_of(op: dict) -> list:
     """Every media token an operation holds: its job's, a warm writer's it was handed to ("warm"), and the one a
     cleaning's writer would wait under ("wait")."""
-    return [op[name] for name in ("token", "warm", "wait") if op.get(name)]
+    return [op[name] for name in TOKEN_FIELDS if op.get(name)]
 
 
 def _withdraw_all(op: dict, step: Step) -> None:

@@ -9,6 +9,9 @@ tests/unit/plugins/module_utils/_provisioner/io/test_media.py checks that they a
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import re
 import secrets
 
@@ -29,6 +32,59 @@ NEXT_FILE = "next.json"
 
 def new_token() -> str:
     return secrets.token_urlsafe(32)
+
+
+# A host records its operation's tokens only as references: readers of the BareMetalHost (the claim side, an infra
+# admin's tools) must never learn a token, since one opens its media and answers its callback. The token is an
+# HMAC of the reference under the provisioner's key, which only the provisioner's pod holds (_provisioner/io/media.py
+# token_key); secrets.token_urlsafe(16): 16 random bytes, 22 characters, never the shape of a token.
+REFERENCE_RE = re.compile(r"[A-Za-z0-9_-]{22}")
+# The fields of an operation that hold one: its job's, a warm writer's it was handed to, a cleaning writer's wait.
+TOKEN_FIELDS = ("token", "warm", "wait")
+KEY_BYTES = 32
+_DERIVATION = b"metalclaim media token\0"
+
+
+def new_reference() -> str:
+    return secrets.token_urlsafe(16)
+
+
+def token_for(key: bytes, reference: str) -> str:
+    """The token a reference stands for under `key`: 32 bytes of HMAC-SHA256, URL-safe base64, as new_token's."""
+    if len(key) < KEY_BYTES:
+        raise ValueError("the media token key is too short")
+    if not isinstance(reference, str) or not REFERENCE_RE.fullmatch(reference):
+        raise ValueError("invalid media token reference")
+    digest = hmac.new(key, _DERIVATION + reference.encode("ascii"), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
+
+
+def opened_operation(op: dict, key: bytes) -> tuple[dict, dict]:
+    """The operation as the provisioner works with it: each reference replaced by its token. Returns it and
+    {token: reference}, what sealed_operation needs to put the references back. A value that is no reference (a
+    token recorded by metalclaim 0.2.0, or a hand-edited one) stays as it is and maps to itself."""
+    opened, references = dict(op), {}
+    for name in TOKEN_FIELDS:
+        value = op.get(name)
+        if not value:
+            continue
+        token = token_for(key, value) if isinstance(value, str) and REFERENCE_RE.fullmatch(value) else value
+        opened[name], references[token] = token, value
+    return opened, references
+
+
+def sealed_operation(op: dict, references: dict) -> dict:
+    """The operation as a host may record it: each token replaced by its reference. A token with none (never minted
+    through new_reference) is refused rather than written where other identities read it."""
+    sealed = dict(op)
+    for name in TOKEN_FIELDS:
+        value = op.get(name)
+        if not value:
+            continue
+        if value not in references:
+            raise ValueError(f"operation field {name!r} holds a media token with no reference")
+        sealed[name] = references[value]
+    return sealed
 
 
 def redact(token: str) -> str:

@@ -40,6 +40,7 @@ PURE_STDLIB = {
     "enum",
     "functools",
     "hashlib",
+    "hmac",
     "ipaddress",
     "itertools",
     "json",

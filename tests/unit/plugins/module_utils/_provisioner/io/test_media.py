@@ -141,3 +141,56 @@ def test_the_media_directory_is_bounded(tmp_path):
     media.publish(str(tmp_path), "config-drive.iso", b"x" * 600)
     with pytest.raises(ValueError, match="media directory holds more than"):
         media.publish(str(tmp_path), "config-drive.iso", b"x" * 600, limit=1000)
+
+
+# -- token references: what a host records instead of its tokens -------------------------------------------------------
+
+
+def test_a_reference_opens_into_a_token_only_under_its_key():
+    key, other_key = bytes(range(32)), bytes(32)
+    reference = protocol.new_reference()
+    assert protocol.REFERENCE_RE.fullmatch(reference) and not protocol.TOKEN_RE.fullmatch(reference)
+    token = protocol.token_for(key, reference)
+    assert protocol.TOKEN_RE.fullmatch(token)  # served and called back like any token
+    assert token == protocol.token_for(key, reference) != protocol.token_for(other_key, reference)
+    assert reference not in token
+    for bad_key, bad_reference in ((b"short", reference), (key, token), (key, "../" * 8), (key, None)):
+        with pytest.raises(ValueError):
+            protocol.token_for(bad_key, bad_reference)
+
+
+def test_an_operation_is_recorded_with_references_and_opened_with_tokens():
+    key = bytes(range(32))
+    recorded = {"kind": "clean", "token": "T" * 22, "wait": "W" * 22, "started": "2026-12-02T00:00:00Z"}
+    opened, references = protocol.opened_operation(recorded, key)
+    assert opened == {**recorded, "token": protocol.token_for(key, "T" * 22), "wait": protocol.token_for(key, "W" * 22)}
+    assert protocol.sealed_operation(opened, references) == recorded
+    # A step that moves a token to another field (a cleaning's wait token becomes the warm host's) records its
+    # reference there.
+    warm = {"kind": "warm", "token": opened["wait"]}
+    assert protocol.sealed_operation(warm, references) == {"kind": "warm", "token": "W" * 22}
+    # A token minted elsewhere, with no reference, is never written where the host's readers would see it.
+    with pytest.raises(ValueError, match="'token' holds a media token with no reference"):
+        protocol.sealed_operation({"kind": "deploy", "token": protocol.new_token()}, references)
+    # What metalclaim 0.2.0 recorded (a token itself) stays as it was, so its operation goes on.
+    legacy = {"kind": "deploy", "token": "L" * 43}
+    opened, references = protocol.opened_operation(legacy, key)
+    assert opened == legacy and protocol.sealed_operation(opened, references) == legacy
+
+
+def test_the_token_key_is_made_once_private_and_shared(tmp_path):
+    directory = str(tmp_path / "media")
+    key = media.token_key(directory)
+    assert len(key) == protocol.KEY_BYTES and media.token_key(directory) == key
+    path = tmp_path / "media" / media.TOKEN_KEY_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(os.listdir(directory)) == [media.TOKEN_KEY_FILE]  # no temporary file left behind
+    path.write_bytes(b"torn")
+    with pytest.raises(ValueError, match="not a 32-byte media token key"):
+        media.token_key(directory)
+
+
+def test_the_media_server_never_serves_the_token_key(tmp_path):
+    media.token_key(str(tmp_path))
+    assert not mediaserver.MEDIA_ROUTE.fullmatch(f"/media/{media.TOKEN_KEY_FILE}")
+    assert not mediaserver.MEDIA_ROUTE.fullmatch(f"/media/../{media.TOKEN_KEY_FILE}")

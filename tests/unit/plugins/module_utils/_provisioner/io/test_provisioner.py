@@ -6,6 +6,7 @@ import base64
 import collections
 import copy
 import json
+import os
 import threading
 
 import pytest
@@ -666,3 +667,31 @@ def test_the_cleaning_config_drive_tells_the_writer_how_deep_to_erase(tmp_path, 
         "workers": 8,
     }
     assert provisioner.options_from({**params, "cleaning_erase": erase}).settings.cleaning_erase == erase
+
+
+def test_a_host_records_references_to_its_tokens_and_the_machine_gets_the_tokens(fake_bmcs, tmp_path):
+    """Issue 40: whoever reads the BareMetalHost (the claim side may) learns no token that opens its config drive or
+    answers its writer's callback; the BMC is given the token itself, opened with the media directory's key."""
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import media_protocol
+
+    media_dir = str(tmp_path / "media")
+    settings = machine.Settings(media_url="http://127.0.0.1:2", deploy_iso_url="http://127.0.0.1:2/writer.iso")
+    options = Options(settings=settings, media_dir=media_dir)
+    kube = FakeKube()
+    _rack(kube, _bmh("disk", 1))
+    image = {"url": "http://127.0.0.1:2/disk.qcow2", "format": "qcow2", "checksum": "0" * 64}
+    for _step in range(12):
+        host = kube.objects[("BareMetalHost", "rack", "disk")]
+        if machine.state_of(host) == machine.AVAILABLE and not host["spec"].get("image"):
+            host["spec"].update(image=image, online=True)
+        provision_hosts(kube, None, None, options, T0, False, None, None)
+        if machine.operation(kube.objects[("BareMetalHost", "rack", "disk")]).get("powered"):
+            break
+    recorded = machine.operation(kube.objects[("BareMetalHost", "rack", "disk")])
+    assert recorded["kind"] == "deploy" and media_protocol.REFERENCE_RE.fullmatch(recorded["token"])
+    token = media_protocol.token_for(media.token_key(media_dir), recorded["token"])
+    (inserted,) = [m["image"] for m in fake_bmcs[next(iter(fake_bmcs))]["media"].values() if token in m["image"]]
+    assert inserted == media_protocol.media_url(settings.media_url, token, machine.CONFIG_DRIVE_FILE)
+    assert os.listdir(os.path.join(media_dir, "media")) == [token]  # published under the token, not the reference
+    assert token not in json.dumps(kube.objects[("BareMetalHost", "rack", "disk")])
