@@ -4,10 +4,15 @@ Tenant A books the pool's only host for a window in 2099; tenant B's claim witho
 must get that host at once. Before the booking horizon it never did (`NoBareMetalHost`): a holder without a lease
 blocks every window, so the booking kept the host from everyone for ever. Now a booking further ahead than the
 host's policies take (`maxBookingAhead`) is not accepted: its claim says so, and the host stays in the pool.
+
+An extension voids no booking (issue 40): tenant A, holding the host under a lease, extended it across tenant B's
+accepted booking, and B's claim was never bound at its start. Now the extension is refused (`LeaseHostBooked`) and
+A's lease keeps its end, before B's start.
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 
 import pytest
@@ -67,3 +72,54 @@ def test_a_booking_in_2099_is_refused_and_another_tenant_gets_the_host(controlle
     print(f"\ntenant B's claim: create -> Association=True in {time.monotonic() - created:.2f} s")
     assert rack.read_host("only")["spec"]["consumerRef"]["namespace"] == TENANT_B
     assert not associated(rack, "far") and rack.read_claim("far")["metadata"]["namespace"] == TENANT_A
+
+
+def test_an_extension_across_another_tenants_booking_is_refused(controller, rack):
+    rack.api("admin", "HostDeployPolicy").create(
+        body={
+            "apiVersion": METAL3,
+            "kind": "HostDeployPolicy",
+            "metadata": {"name": "policy", "namespace": rack.namespace},
+            "spec": {"hostclaimNamespaces": {}},
+        }
+    )
+    rack.host("only")
+    rack.claim("holder", lease={"duration": "1h"})  # tenant A: bound now, until an hour from now
+    eventually(lambda: associated(rack, "holder"), timeout=REACTION, message=f"holder bound\n{controller.output()}")
+    end = rack.read_claim("holder")["status"]["lease"]["end"]
+    start = datetime.datetime.now(datetime.UTC).replace(microsecond=0) + datetime.timedelta(hours=2)
+    rack.claim(
+        "booked",
+        namespace=TENANT_B,
+        identity="tenant-b",
+        lease={"start": start.strftime("%Y-%m-%dT%H:%M:%SZ"), "duration": "1h"},
+    )
+    eventually(
+        lambda: condition(rack.read_claim("booked", TENANT_B), "Lease").get("reason") == "Booked",
+        timeout=REACTION,
+        message=f"booked: Booked\n{controller.output()}",
+    )
+
+    # Tenant A, as tenant-a, keeps the host for 5 hours: across B's window.
+    rack.api("tenant-a", "HostClaim").patch(
+        body={"spec": {"lease": {"duration": "5h"}}},
+        name="holder",
+        namespace=TENANT_A,
+        content_type="application/merge-patch+json",
+    )
+    eventually(
+        lambda: condition(rack.read_claim("holder"), "Lease").get("reason") == "LeaseHostBooked",
+        timeout=REACTION,
+        message=f"holder: LeaseHostBooked\n{controller.output()}",
+    )
+    holder = rack.read_claim("holder")
+    lease = condition(holder, "Lease")
+    assert lease["status"] == "False" and f"still ends at {end}" in lease["message"], lease
+    assert (
+        rack.namespace not in lease["message"] and "only" not in lease["message"] and TENANT_B not in lease["message"]
+    )
+    assert holder["status"]["lease"]["end"] == end  # before B's start: the host is free for B's window
+    assert associated(rack, "holder")  # the holder keeps its host until its end
+    bookings = rack.read_host("only")["metadata"]["annotations"]["metalclaim.io/bookings"]
+    assert rack.read_claim("booked", TENANT_B)["metadata"]["uid"] in bookings
+    assert condition(rack.read_claim("booked", TENANT_B), "Lease").get("reason") == "Booked"

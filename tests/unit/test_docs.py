@@ -40,7 +40,7 @@ def test_every_claim_condition_reason_is_in_the_tenant_guide():
     reasons |= {"InfoReported", "IssuesReported", "UnknownReported"}  # Ready (conditions.with_ready)
     reasons |= {sync.state_reason(state) for state in metal3.STATES}  # Provisioned: every host state
     reasons |= {lease.LEASE_ACTIVE, lease.LEASE_ENDING, lease.LEASE_EXPIRED, lease.LEASE_OVER_CAP}
-    reasons |= {lease.LEASE_REQUIRED, lease.LEASE_INVALID}
+    reasons |= {lease.LEASE_REQUIRED, lease.LEASE_INVALID, lease.LEASE_HOST_BOOKED}
     missing = sorted(reasons - _documented())
     assert not missing, f"reasons a tenant can see that docs/tenant-guide.md does not explain: {missing}"
 
@@ -53,6 +53,7 @@ def test_the_reason_constants_are_all_accounted_for():
     known |= {"RECONCILE_ERROR", "STATUS_REFUSED", "REBOOT_REQUESTS_TOO_LARGE"}
     known |= {"CLAIM_KIND"}  # CLAIM_KIND: the kind HostClaim, not a reason
     known |= {"LEASE_ACTIVE", "LEASE_ENDING", "LEASE_EXPIRED", "LEASE_OVER_CAP", "LEASE_REQUIRED", "LEASE_INVALID"}
+    known |= {"LEASE_HOST_BOOKED"}
     for module in (binding, secrets, sync, failures, limits, lease):
         tree = ast.parse(Path(module.__file__).read_text())
         constants = {

@@ -12,7 +12,7 @@ from __future__ import annotations
 import weakref
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_metadata
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, lease
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, booking, lease
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import expiry_verdict
@@ -57,11 +57,12 @@ def lease_decisions(run) -> dict:
             own = sorted((h for h in hosts if binding.consumed_by(h, claim)), key=binding.key)
             expired = bool(((claim.get("status") or {}).get("lease") or {}).get("expired"))
             bound = bool(own) and (expired or binding.committed(claim, own[0]))
-            cap = None
+            cap, booked_from = None, None
             tenant = lease.tenant_cap(labels_of.get(claim["metadata"]["namespace"], {}))
             if bound:
                 cap = caps_of(policies, claim["metadata"]["namespace"], labels_of).get(binding.key(own[0])[0], False)
-            decided = lease.decide(claim, bound, cap, now, tenant)
+                booked_from = booking.booked_from(own[0], claim, now)
+            decided = lease.decide(claim, bound, cap, now, tenant, booked_from)
             if decided.state == lease.EXPIRED and decided.newly and decided.start is not None:
                 annotations = (metadata_of.get(claim["metadata"]["namespace"]) or {}).get("annotations")
                 verdict = expiry_verdict(annotations, claim["metadata"].get("uid", ""), lease.format_time(decided.end))

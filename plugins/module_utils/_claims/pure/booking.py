@@ -200,6 +200,18 @@ def holding(host: dict, claims_by_key: dict, now: datetime.datetime) -> Window |
     return Window(now, max(now, end))
 
 
+def booked_from(host: dict, claim: dict, now: datetime.datetime) -> datetime.datetime | None:
+    """The start of the earliest booking of the host that is not `claim`'s and has not ended: how long the claim's
+    lease may keep the host (lease.decide). A bookings annotation that cannot be read: now (no extension at all:
+    nobody can tell what it would void)."""
+    try:
+        found = entries(host)
+    except Unreadable:
+        return now
+    starts = [e.window.start for e in found if e.uid != _uid(claim) and e.window.end > now]
+    return min(starts, default=None)
+
+
 def bookable(host: dict) -> bool:
     """Whether a booking may go on the host at all: not being deleted, not paused, not in error."""
     meta = _meta(host)

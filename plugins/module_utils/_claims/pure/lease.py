@@ -39,6 +39,7 @@ LEASE_EXPIRED = "LeaseExpired"
 LEASE_OVER_CAP = "LeaseOverCap"
 LEASE_REQUIRED = "LeaseRequired"
 LEASE_INVALID = "LeaseInvalid"
+LEASE_HOST_BOOKED = "LeaseHostBooked"  # an extension past the start of another claim's booking of its host
 LEASE_EXPIRY_HELD = tenancy.LEASE_EXPIRY_HELD_REASON  # past its end, held by the tenant's blocking CLAIM_EXPIRED hooks
 
 WARNING_FRACTION = 0.1
@@ -285,10 +286,19 @@ def expired_conditions(end: datetime.datetime, released: bool, was_bound: bool =
     ]
 
 
-def decide(claim: dict, bound: bool, cap, now: datetime.datetime, tenant: int | None = None) -> Decision:
+def decide(
+    claim: dict,
+    bound: bool,
+    cap,
+    now: datetime.datetime,
+    tenant: int | None = None,
+    booked_from: datetime.datetime | None = None,
+) -> Decision:
     """The lease of `claim` at `now`. `bound`: the claim holds a host (its binding committed); `cap`: the cap of that
     host's infra namespace (seconds, None for none, or False when no policy admits the claim's namespace there any
-    more: the lease may then not be extended), the Tenant's cap `tenant` applied (smaller)."""
+    more: the lease may then not be extended), the Tenant's cap `tenant` applied (smaller). `booked_from`: the start
+    of the earliest booking another claim holds on that host (_claims/pure/booking.py): the lease may not be extended
+    past it, nor lose its end (issue 40: an extension voided an accepted booking)."""
     recorded = _recorded(claim)
     try:
         wanted = asked(claim)
@@ -339,6 +349,17 @@ def decide(claim: dict, bound: bool, cap, now: datetime.datetime, tenant: int | 
                     f"spec.lease asks for {wanted.spelled()}, {format_duration(length)} after the binding; "
                     f"{_whose(cap, tenant, 'of this host')} "
                     f"allow{'s' if tenant == cap else ''} at most {format_duration(cap)}",
+                ),
+            )
+    if refused is None and booked_from is not None and recorded_end is not None:
+        if (end is None or end > booked_from) and (end is None or end > recorded_end):
+            asks = "keeps the host with no end" if end is None else f"asks to keep the host to {format_time(end)}"
+            end, refused = (
+                recorded_end,
+                (
+                    LEASE_HOST_BOOKED,
+                    f"spec.lease {asks}; another claim has booked the host from {format_time(booked_from)}: the "
+                    f"lease may end then at the latest",
                 ),
             )
     if end is None:

@@ -283,3 +283,13 @@ def test_an_accepted_booking_beyond_its_hosts_horizon_is_dropped():
     planned = booking.plan([far], pool, every(pool), T0)
     assert where(planned) == {"far": ("too_far", None)}
     assert planned.writes == {("infra", "h1"): None}
+
+
+def test_booked_from_is_the_earliest_other_booking_still_to_come():
+    holder, b, c = claim("a", duration=3600), claim("b", start=7200, duration=600), claim("c", start=3600, duration=60)
+    found = host("h0", [entry(b, 7200, 7800), entry(c, 3600, 3660), entry(holder, 0, 3600)])
+    assert booking.booked_from(found, holder, at(0)) == at(3600)
+    assert booking.booked_from(found, holder, at(3700)) == at(7200)  # c's window has passed
+    assert booking.booked_from(host("h1"), holder, at(0)) is None
+    torn = host("h2", annotations={booking.ANNOTATION: "{not json"})
+    assert booking.booked_from(torn, holder, at(5)) == at(5)

@@ -146,6 +146,26 @@ def test_no_extension_once_no_policy_admits_the_namespace():
     assert refused.lease_status["end"] == "2030-01-01T11:00:00Z"
 
 
+def test_no_extension_past_another_claims_booking_of_the_host():
+    """Issue 40: tenant A extended across tenant B's accepted booking, and B's claim was never bound."""
+    booked = at(2 * 3600)  # B's booking starts at 12:00; A's lease ends at 11:00
+    within = lease.decide(bound_claim("2h"), True, None, at(60), booked_from=booked)
+    assert within.lease_status["end"] == "2030-01-01T12:00:00Z" and within.conditions[0][1] == "True"
+    for spec in ({"duration": "3h"}, {"end": "2099-01-01T00:00:00Z"}, None):
+        asked = claim(spec, {"start": "2030-01-01T10:00:00Z", "end": "2030-01-01T11:00:00Z"})
+        refused = lease.decide(asked, True, None, at(60), booked_from=booked)
+        assert refused.lease_status == {"start": "2030-01-01T10:00:00Z", "end": "2030-01-01T11:00:00Z"}, spec
+        status, reason, message = refused.conditions[0][1:]
+        assert (status, reason) == ("False", lease.LEASE_HOST_BOOKED), spec
+        assert "booked the host from 2030-01-01T12:00:00Z" in message and "still ends at 2030-01-01T11:00:00Z" in message
+        assert "t/" not in message and "infra" not in message  # no namespace, host or claim named
+    shorter = lease.decide(bound_claim("30m"), True, None, at(60), booked_from=booked)
+    assert shorter.lease_status["end"] == "2030-01-01T10:30:00Z"
+    # A booking that could not be read (booking.booked_from says now): no extension, the end kept.
+    unreadable = lease.decide(bound_claim("90m"), True, None, at(60), booked_from=at(60))
+    assert unreadable.conditions[0][2] == lease.LEASE_HOST_BOOKED
+
+
 def test_a_lease_added_to_a_bound_claim_starts_at_its_binding():
     added = lease.decide(claim({"duration": "2h"}, association_since="2030-01-01T09:00:00Z"), True, None, at(0))
     assert added.lease_status == {"start": "2030-01-01T09:00:00Z", "end": "2030-01-01T11:00:00Z"}
