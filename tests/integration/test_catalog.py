@@ -262,3 +262,37 @@ def test_a_policy_that_no_longer_admits_the_namespace_withdraws_its_catalog(rack
     assert classes(catalog(rack, TENANT_B, identity="tenant-b")) == classes(moved)
     rack.api("admin", "HostDeployPolicy").delete(name="catalog", namespace=rack.namespace)
     eventually(lambda: catalog(rack, TENANT_B) is None, REACTION, 0.2, "tenant B's catalog withdrawn")
+
+
+def test_no_value_tells_another_host_a_bmc_a_mac_or_another_tenant(rack, controller):
+    """Issue 40's catalog leak, as tenant B reads its catalog: label values holding the BMC's IP (the rack's BMCs are
+    at 127.0.0.1), the boot MAC with dashes, another host's name and another tenant's namespace were all shown in
+    clear (only the host's own name, a full BMC URL and a colon MAC were compared); each is HIDDEN now."""
+    leaks = {"leak-ip": "127.0.0.1", "leak-mac": "52-54-00-ab-cd-ef", "leak-host": "g1", "leak-tenant": TENANT_A}
+    for name, value in leaks.items():
+        rack.host(name, labels={CLASS: value})
+    rack.api("admin", "BareMetalHost").patch(
+        body={"spec": {"bootMACAddress": "52:54:00:ab:cd:ef"}},
+        name="leak-mac",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    body = policy_body(rack, names=(TENANT_A, TENANT_B))
+    body["metadata"]["name"] = "leaks"
+    rack.api("admin", "HostDeployPolicy").create(body=body)
+    try:
+        found = eventually(
+            lambda: (
+                (c := catalog(rack, TENANT_B, identity="tenant-b")) and classes(c).get("HIDDEN", (0,))[0] == 5 and c
+            ),
+            REACTION,
+            0.2,
+            f"tenant B's catalog with 5 hidden values\n{controller.output()}",
+        )
+        shown = set(classes(found))
+        assert shown == {"gpu", "small", "HIDDEN"}, shown  # odd (its own name) and the four leaks
+        text = json.dumps(found["status"])
+        assert "127.0.0.1" not in text and "52-54-00" not in text and TENANT_A not in text
+    finally:
+        rack.api("admin", "HostDeployPolicy").delete(name="leaks", namespace=rack.namespace)
+        eventually(lambda: catalog(rack, TENANT_B) is None, REACTION, 0.2, "tenant B's catalog withdrawn")

@@ -35,6 +35,7 @@ def reconcile_catalogs(run: CatalogRun, wanted: list[dict] | None) -> dict:
     hosts = run.kube.list(cat.API_VERSION, cat.HOST_KIND)
     catalogs = {cat.key(c)[0]: c for c in run.kube.list(cat.API_VERSION, cat.KIND) if cat.ours(c)}
     infra = {cat.key(h)[0] for h in hosts}
+    told = cat.fleet(hosts, namespaces, policies)  # what no catalog may tell, the whole fleet's
     if wanted is None:
         labels = {name: meta.get("labels") for name, meta in namespaces.items()}
         chosen = sorted(set(cat.catalog_namespaces(policies, labels)) | set(catalogs))
@@ -45,7 +46,9 @@ def reconcile_catalogs(run: CatalogRun, wanted: list[dict] | None) -> dict:
         others = sorted((ns, name) for ns, name in asked if name != cat.NAME)
 
     def one(namespace: str) -> dict:
-        return _reconcile(run, namespace, namespaces.get(namespace), policies, hosts, infra, catalogs.get(namespace))
+        return _reconcile(
+            run, namespace, namespaces.get(namespace), policies, hosts, infra, catalogs.get(namespace), told
+        )
 
     results = [{"namespace": ns, "name": name, "state": "absent", "changed": False} for ns, name in others]
     results += run.each(one, chosen)
@@ -60,10 +63,10 @@ def reconcile_catalogs(run: CatalogRun, wanted: list[dict] | None) -> dict:
     )
 
 
-def _reconcile(run, namespace, namespace_meta, policies, hosts, infra, catalog) -> dict:
+def _reconcile(run, namespace, namespace_meta, policies, hosts, infra, catalog, told) -> dict:
     result = {"namespace": namespace, "name": cat.NAME, "changed": False, "result": DONE}
     try:
-        return _apply(run, namespace, namespace_meta, policies, hosts, infra, catalog, result)
+        return _apply(run, namespace, namespace_meta, policies, hosts, infra, catalog, result, told)
     except ConflictError as error:  # written meanwhile (another controller): the next run counts again
         result.update(result=RETRY, state="Conflict", reason=str(error))
     except KubeError as error:
@@ -71,9 +74,9 @@ def _reconcile(run, namespace, namespace_meta, policies, hosts, infra, catalog) 
     return result
 
 
-def _apply(run, namespace, namespace_meta, policies, hosts, infra, catalog, result) -> dict:
+def _apply(run, namespace, namespace_meta, policies, hosts, infra, catalog, result, told) -> dict:
     if namespace_meta:
-        counted = cat.count(namespace, namespace_meta, policies, hosts, infra, run.timestamp)
+        counted = cat.count(namespace, namespace_meta, policies, hosts, infra, run.timestamp, told)
     else:
         counted = {"admitted": False}
     if not counted["admitted"]:

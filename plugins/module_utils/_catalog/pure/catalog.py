@@ -8,8 +8,12 @@ keys tenants may see (a host class, say). A namespace gets a catalog when at lea
 (_common/pure/policy.py); the hosts counted are those of the infra namespaces of those policies, narrowed as a claim of
 the namespace is (the tenant's host pools, hosts reserved for another tenant left out), grouped by the values of the
 union of the public labels those policies list. A class is its label values, nothing else: a catalog never holds a
-host's name, namespace, BMC address or boot MAC, and a public label whose value is one of those (a label infra chose
-badly) is shown as HIDDEN, said in the Ready condition without naming anything.
+host's name, namespace, BMC address or MAC, and a public label whose value would tell one (a label infra chose badly)
+is shown as HIDDEN, said in the Ready condition without naming anything. What is compared is the whole fleet's
+(Fleet, issue 40: a value naming another host, another tenant's namespace or a BMC's IP was shown in clear): every
+host's name and namespace, every tenant namespace (one a policy admits, or a Tenant's), every BMC's host part (an IPv4
+address in its dotted and dashed forms), each as the whole value or a run of its ``.``/``-``/``_``-separated parts;
+and every boot or NIC MAC, in any spelling (its 12 hex digits anywhere among the value's hex digits).
 
 Counts: ``total`` hosts of the class not being deleted; ``free``, those a claim could bind now (no consumer, in a free
 provisioning state, not paused, in error, still to be deprovisioned or held for a node reuse); ``bound``, those with
@@ -22,16 +26,24 @@ condition changes, so a run over an unchanged fleet writes nothing.
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import json
+import re
+import urllib.parse
+from dataclasses import dataclass
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.outcomes import DONE, Outcomes
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policy
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import (
+    evaluate_policies,
+    evaluate_policy,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.status import (
     status_patch as object_status_patch,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
+    TENANT_LABEL,
     host_pools,
     in_host_pool,
     may_bind,
@@ -133,12 +145,76 @@ def bookings_ahead(host: dict, now: str) -> int:
     return sum(1 for start in starts if start is not None and start > moment)
 
 
-def _secrets_of(host: dict) -> set[str]:
-    """What a public label's value must never be: the host's name, its namespace, its BMC address and boot MAC."""
-    spec = host.get("spec") or {}
-    namespace, name = key(host)
-    values = {name, namespace, str((spec.get("bmc") or {}).get("address") or ""), str(spec.get("bootMACAddress") or "")}
-    return {value.lower() for value in values if value}
+_SEPARATOR = re.compile(r"[._-]")
+_NOT_HEX = re.compile(r"[^0-9a-f]")
+MAC_HEX_DIGITS = 12
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """What a public label's value must not tell, fleet-wide (lowercase): names (hosts', namespaces', BMCs' host
+    parts) and MACs (as their 12 hex digits)."""
+
+    names: frozenset
+    macs: frozenset
+
+    def tells(self, value: str) -> bool:
+        lowered = value.lower()
+        if any(span in self.names for span in _spans(lowered)):
+            return True
+        digits = _NOT_HEX.sub("", lowered)
+        return len(digits) >= MAC_HEX_DIGITS and any(mac in digits for mac in self.macs)
+
+
+def _spans(value: str) -> set[str]:
+    """The value and every run of its separator-bounded parts: "r1-n-7" -> r1, n, 7, r1-n, n-7, r1-n-7."""
+    cuts = [m.start() for m in _SEPARATOR.finditer(value)]
+    starts, ends = [0, *(cut + 1 for cut in cuts)], [*cuts, len(value)]
+    return {value[start:end] for start in starts for end in ends if end > start}
+
+
+def _bmc_host(address) -> str:
+    """The host part of a BMC address (redfish+https://10.0.0.5:8000/..., ipmi://bmc-7, or a bare host)."""
+    if not isinstance(address, str) or not address:
+        return ""
+    try:
+        return urllib.parse.urlsplit(address if "://" in address else f"//{address}").hostname or ""
+    except ValueError:
+        return ""
+
+
+def _dashed(address: str) -> str:
+    """An IPv4 address as a label value could spell it ("10-0-0-5"); "" for anything else."""
+    try:
+        return str(ipaddress.IPv4Address(address)).replace(".", "-")
+    except ValueError:
+        return ""
+
+
+def _macs_of(host: dict) -> set[str]:
+    spec, status = host.get("spec") or {}, host.get("status") or {}
+    nics = ((status.get("hardware") or {}).get("nics")) or []
+    found = [spec.get("bootMACAddress"), *(nic.get("mac") for nic in nics if isinstance(nic, dict))]
+    digits = (_NOT_HEX.sub("", mac.lower()) for mac in found if isinstance(mac, str))
+    return {mac for mac in digits if len(mac) == MAC_HEX_DIGITS}
+
+
+def fleet(hosts: list[dict], namespaces: dict[str, dict | None], policies: list[dict]) -> Fleet:
+    """The Fleet of every host and every namespace (name -> its metadata): tenant namespaces are those a policy admits
+    or a Tenant made (its label); the namespaces holding hosts count too."""
+    names: set[str] = set()
+    macs: set[str] = set()
+    for host in hosts:
+        namespace, name = key(host)
+        bmc = _bmc_host(((host.get("spec") or {}).get("bmc") or {}).get("address"))
+        names.update({namespace, name, bmc})
+        names.add(_dashed(bmc))
+        macs |= _macs_of(host)
+    for namespace, meta in namespaces.items():
+        labels = (meta or {}).get("labels") or {}
+        if TENANT_LABEL in labels or (policies and evaluate_policies(policies, namespace, labels)[0]):
+            names.add(namespace)
+    return Fleet(frozenset(n.lower() for n in names if n), frozenset(macs))
 
 
 def count(
@@ -148,12 +224,13 @@ def count(
     hosts: list[dict],
     infra_namespaces: set[str] | None = None,
     now: str = "",
+    told: Fleet | None = None,
 ) -> dict:
     """{"labels": [keys], "classes": [...], "hidden": n, "admitted": bool} for one tenant namespace.
 
-    `namespace_meta`: the Namespace's metadata (labels feed the policies, annotations the host pools);
-    `infra_namespaces`: every namespace holding hosts (a label value equal to one of them is hidden too); `now`: the
-    run's time (bookings starting later are counted)."""
+    `namespace_meta`: the Namespace's metadata (labels feed the policies, annotations the host pools); `told`: what
+    no value may tell (fleet(), once per run; by default `hosts`' and those of `infra_namespaces` and `namespace`);
+    `now`: the run's time (bookings starting later are counted)."""
     meta = namespace_meta or {}
     labels = meta.get("labels") or {}
     admitting = publishing(policies, namespace, labels)
@@ -162,7 +239,9 @@ def count(
         keys_by_infra.setdefault(key(policy)[0], set()).update(public_labels(policy) or [])
     label_keys = sorted(set().union(*keys_by_infra.values())) if keys_by_infra else []
     pools = host_pools(meta.get("annotations"))
-    forbidden = {n.lower() for n in infra_namespaces or set()} | {namespace.lower()}
+    if told is None:
+        tenants = {name: {"labels": {TENANT_LABEL: ""}} for name in {*(infra_namespaces or set()), namespace}}
+        told = fleet(hosts, tenants, [])
     classes: dict[tuple, dict] = {}
     hidden = 0
     for host in hosts:
@@ -173,11 +252,10 @@ def count(
         if state is None:
             continue
         host_labels = (host.get("metadata") or {}).get("labels") or {}
-        secrets = _secrets_of(host) | forbidden
         values = []
         for label in label_keys:
             value = str(host_labels.get(label, NONE)) if label in keys_by_infra[infra] else NONE
-            if value and value.lower() in secrets:
+            if value and told.tells(value):
                 value, hidden = HIDDEN, hidden + 1
             values.append(value)
         entry = classes.setdefault(tuple(values), dict.fromkeys(COUNTS, 0))

@@ -97,6 +97,36 @@ def test_a_label_value_naming_a_host_a_namespace_or_a_bmc_is_hidden():
     assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", cat.VALUES_HIDDEN)
 
 
+def test_a_value_telling_anything_of_the_fleet_is_hidden():
+    """Issue 40: a value naming the BMC's IP, the boot MAC with dashes, another host or another tenant's namespace was
+    shown to the tenant in clear; each is compared against the whole fleet now."""
+    other = host("db-3", namespace="infra-b")
+    other["spec"]["bmc"]["address"] = "redfish+https://192.168.7.12:8000/redfish/v1/Systems/1"
+    other["status"]["hardware"] = {"nics": [{"name": "eth1", "mac": "AA:BB:CC:00:11:22"}]}
+    leaks = [
+        "10.0.0.1",  # this host's BMC IP (redfish://10.0.0.1/...)
+        "192.168.7.12",  # another host's BMC IP
+        "192-168-7-12",  # ... dashed
+        "52-54-00-00-00-01",  # this host's boot MAC with dashes
+        "525400000001",  # ... with none
+        "aabb.cc00.1122",  # another host's NIC MAC, dotted
+        "db-3",  # another host's name
+        "rack2-db-3",  # ... as a run of the value's parts
+        "team-b",  # another tenant's namespace
+        "infra-b",  # another infra namespace
+    ]
+    hosts = [host(f"h{i}", labels={CLASS: value}) for i, value in enumerate(leaks)]
+    hosts += [host("h-ok", labels={CLASS: "gpu"}), host("h-ok2", labels={CLASS: "db-30"}), other]
+    namespaces = {"team-a": {}, "team-b": {"labels": {TENANT_LABEL: "b"}}, "kube-system": {}}
+    told = cat.fleet(hosts, namespaces, [policy()])
+    result = cat.count("team-a", {}, [policy()], hosts, told=told)
+    assert counts(result) == {("HIDDEN",): (10, 10, 0, 0), ("db-30",): (1, 1, 0, 0), ("gpu",): (1, 1, 0, 0)}
+    shown = {value for entry in cat.desired_status(result, None, T1)["classes"] for value in entry["labels"].values()}
+    assert shown == {"HIDDEN", "db-30", "gpu"}
+    # A namespace that is no tenant's (no policy admits it, no Tenant made it) is not a secret of the fleet.
+    assert not told.tells("kube-system") and told.tells("team-a")
+
+
 def test_host_pools_and_reservations_narrow_the_catalog_as_they_narrow_a_claim():
     hosts = [
         host("h1", labels={CLASS: "gpu", "pool": "a"}),
