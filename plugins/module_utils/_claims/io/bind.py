@@ -30,7 +30,6 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure 
     binding,
     booking,
     failures,
-    firmware,
     lease,
     reuse,
 )
@@ -41,6 +40,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, KubeError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import firmware_policy
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
@@ -164,7 +164,7 @@ class _Context:
         if binding.spread_key(claim):  # a set's members
             spread = binding.spread_counts(claim, index.all(), run.kube.held(API_VERSION, "HostClaim"))
         now = leases.now_of(run)
-        allowed = firmware.allowances(self.policies, decisions)
+        allowed = firmware_policy.allowances(self.policies, decisions)
         plan = binding.plan(
             claim, index, authorized, labels, held, annotations, caps, now, spread, firmware_allowed=allowed
         )

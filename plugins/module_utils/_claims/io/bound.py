@@ -49,6 +49,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
     RefusedError,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import firmware_policy
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metadata import CopyRules
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     API_VERSION,
@@ -98,7 +99,9 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict)
     authorized = host_ns in authorized_namespaces
     rules = copy_rules(policies, host_ns, namespace, labels.get(namespace, {})) if SYNC in parts else CopyRules()
     sync = _plan_sync(claim, host, authorized, rules)
-    hfs_write = _firmware(run, claim, host, sync, firmware.allowances(policies, decisions)) if SYNC in parts else None
+    hfs_write = (
+        _firmware(run, claim, host, sync, firmware_policy.allowances(policies, decisions)) if SYNC in parts else None
+    )
     copies_plan = None
     if SECRETS in parts:
         copies_plan = plan_copies(claim, host, _sources(run, claim))

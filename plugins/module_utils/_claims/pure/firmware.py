@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import copy
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.firmware_policy import refused
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     API_VERSION,
     FIRMWARE_SETTINGS_KIND,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import admitting
 
 # Association reason (refused) and Synchronization reason (bound, the policy changed since).
 NOT_ALLOWED = "FirmwareSettingNotAllowed"
@@ -29,29 +29,6 @@ def asked(claim: dict) -> dict:
     """spec.firmware.settings: {attribute: value}, values as text."""
     settings = (((claim.get("spec") or {}).get("firmware") or {}).get("settings")) or {}
     return {str(name): str(value) for name, value in settings.items()}
-
-
-def allowances(policies: list[dict], decisions) -> dict:
-    """{infra namespace: {attribute: set of values}} over the policies that admit the claim's namespace (decisions:
-    _common/pure/policy.py evaluate_policies' second value). A namespace none of whose policies lists any is absent."""
-    found: dict = {}
-    for namespace, policy in admitting(policies, decisions):
-        for entry in (((policy.get("spec") or {}).get("firmware") or {}).get("allowedSettings")) or []:
-            name = entry.get("name")
-            if name:
-                found.setdefault(namespace, {}).setdefault(str(name), set()).update(
-                    str(v) for v in entry.get("values") or []
-                )
-    return found
-
-
-def refused(settings: dict, allowed: dict | None) -> tuple[str, str] | None:
-    """The first (attribute, value) asked that `allowed` ({attribute: values}) does not list; None when all are."""
-    allowed = allowed or {}
-    for name in sorted(settings):
-        if settings[name] not in allowed.get(name, ()):
-            return name, settings[name]
-    return None
 
 
 def fitting(settings: dict, namespaces: list[str], allowed_by_namespace: dict | None) -> list[str]:

@@ -351,17 +351,16 @@ def decide(
                     f"allow{'s' if tenant == cap else ''} at most {format_duration(cap)}",
                 ),
             )
-    if refused is None and booked_from is not None and recorded_end is not None:
-        if (end is None or end > booked_from) and (end is None or end > recorded_end):
-            asks = "keeps the host with no end" if end is None else f"asks to keep the host to {format_time(end)}"
-            end, refused = (
-                recorded_end,
-                (
-                    LEASE_HOST_BOOKED,
-                    f"spec.lease {asks}; another claim has booked the host from {format_time(booked_from)}: the "
-                    f"lease may end then at the latest",
-                ),
-            )
+    if refused is None and recorded_end is not None and _past_booking(end, recorded_end, booked_from):
+        asks = "keeps the host with no end" if end is None else f"asks to keep the host to {format_time(end)}"
+        end, refused = (
+            recorded_end,
+            (
+                LEASE_HOST_BOOKED,
+                f"spec.lease {asks}; another claim has booked the host from {format_time(booked_from)}: the "
+                f"lease may end then at the latest",
+            ),
+        )
     if end is None:
         if refused is None:
             return Decision(NONE, conditions=[(LEASE, None, "", "")], lease_status=None)
@@ -394,6 +393,13 @@ def decide(
         after,
         newly,
     )
+
+
+def _past_booking(end, recorded_end: datetime.datetime, booked_from: datetime.datetime | None) -> bool:
+    """Whether a lease's new end (None: none) extends it past the start of another claim's booking of its host."""
+    if booked_from is None:
+        return False
+    return end is None or (end > booked_from and end > recorded_end)
 
 
 def _expired(claim: dict, start: datetime.datetime | None, end: datetime.datetime, holding: bool) -> Decision:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import firmware as fw
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import firmware_policy
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 
 
@@ -40,7 +41,7 @@ POLICIES = [
 
 def allowances(namespace="tenant-a"):
     authorized, decisions = evaluate_policies(POLICIES, namespace, {})
-    return authorized, fw.allowances(POLICIES, decisions)
+    return authorized, firmware_policy.allowances(POLICIES, decisions)
 
 
 def test_policies_of_one_namespace_add_up_and_only_admitting_ones_count():
