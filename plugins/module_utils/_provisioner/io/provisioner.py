@@ -35,11 +35,13 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.ku
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.module import StepFailure
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.run import bounded_map
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.conditions import now
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.firmware_policy import allowances
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
     API_VERSION,
     DATA_ROLES,
     FIRMWARE_SETTINGS_KIND,
 )
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io import media
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.configdrive import (
     PYCDLIB_IMPORT_ERROR,
@@ -623,6 +625,10 @@ def _firmware(kube, host: dict, bmc: _Bmc | None) -> dict:
     namespace, name = _key(host)
     hfs = kube.get(API_VERSION, FIRMWARE_SETTINGS_KIND, name, namespace)
     found = {"hfs": hfs, "current": None, "pending": None}
+    if firmware.wanted(hfs):
+        found["allowed"] = _allowed_firmware(kube, host)
+        if firmware.refused(firmware.wanted(hfs), found["allowed"]) and not firmware.baseline(host):
+            return found  # refused before any BIOS read; nothing of an earlier consumer to put back either
     if not firmware.needs_bios(host, hfs):
         return found
     if bmc is None:
@@ -634,6 +640,21 @@ def _firmware(kube, host: dict, bmc: _Bmc | None) -> dict:
             raise
         found["unsupported"] = "the BMC exposes no BIOS settings"
     return found
+
+
+def _allowed_firmware(kube, host: dict) -> dict:
+    """{attribute: values} the HostDeployPolicies of the host's namespace allow for the namespace of the HostClaim
+    holding it ({} when no HostClaim does, or its namespace is gone)."""
+    ref = (host.get("spec") or {}).get("consumerRef") or {}
+    if ref.get("kind") != "HostClaim" or not ref.get("namespace"):
+        return {}
+    claims_namespace = kube.get("v1", "Namespace", ref["namespace"])
+    if claims_namespace is None:
+        return {}
+    policies = kube.list(API_VERSION, "HostDeployPolicy", namespace=host["metadata"]["namespace"])
+    labels = claims_namespace["metadata"].get("labels") or {}
+    _authorized, decisions = evaluate_policies(policies, ref["namespace"], labels)
+    return allowances(policies, decisions).get(host["metadata"]["namespace"], {})
 
 
 def _callback(options: Options, token: str) -> dict | None:

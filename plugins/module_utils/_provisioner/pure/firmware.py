@@ -10,7 +10,14 @@ Those values live in a provisioner-owned annotation, written in a step of its ow
 between the change and the write can never lose them. Each step reads the attributes back into the
 HostFirmwareSettings' status.
 
-One observation (FIRMWARE), read by the edge: {"hfs": the HostFirmwareSettings or None, "current": the BIOS
+Only what the infrastructure allows is applied (issue 40: the claim side's token wrote settings no policy allows into
+a free host's HostFirmwareSettings, and the provisioner went to set them): each setting asked must be one an
+admitting HostDeployPolicy of the host's namespace allows for the namespace of the HostClaim holding the host
+(_common/pure/firmware_policy.py), else the step is a provisioning error naming it and no BIOS is read or set. A host
+no HostClaim holds takes none.
+
+One observation (FIRMWARE), read by the edge: {"hfs": the HostFirmwareSettings or None, "allowed": {attribute:
+values} those policies allow for the host's consumer (read only when something is asked), "current": the BIOS
 attributes or None when not read, "pending": the attributes the BMC will apply at the next boot (its Settings
 object), "unsupported": why the BMC's BIOS could not be read}. Actions as data: ("bios", {name: value}).
 """
@@ -21,6 +28,7 @@ import json
 from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.firmware_policy import refused
 
 FIRMWARE = "firmware"
 BASELINE_ANNOTATION = "provisioner.metalclaim.io/firmware-baseline"
@@ -76,6 +84,13 @@ def provisioning(host: dict, observed: dict | None, now: str) -> Plan:
     attributes changed for an earlier consumer and not asked for now."""
     observed = observed or {}
     asked = wanted(observed.get("hfs"))
+    refusal = refused(asked, observed.get("allowed") or {}) if asked else None
+    if refusal is not None:
+        name, value = refusal
+        problem = (
+            f"firmware setting {name}={value}: no HostDeployPolicy of this namespace allows it for the host's consumer"
+        )
+        return Plan(problem=problem, status=_status(observed.get("hfs"), None, asked, problem, now))
     return _converge(host, observed, {**baseline(host), **asked}, asked, now, restoring=False)
 
 

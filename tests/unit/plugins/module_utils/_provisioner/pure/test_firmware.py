@@ -27,8 +27,11 @@ def hfs(settings=None, status=None):
     return {"metadata": {"name": "bm-01", "generation": 2}, "spec": {"settings": settings or {}}, "status": status}
 
 
-def seen(settings=None, current=BIOS, pending=None, status=None):
-    return {"hfs": hfs(settings, status), "current": dict(current) if current is not None else None, "pending": pending}
+def seen(settings=None, current=BIOS, pending=None, status=None, allowed=None):
+    """What the edge reads; by default the host's policies allow what is asked (the claim layer's writes)."""
+    allowed = {name: {fw.as_text(value)} for name, value in (settings or {}).items()} if allowed is None else allowed
+    found = {"hfs": hfs(settings, status), "current": dict(current) if current is not None else None}
+    return {**found, "pending": pending, "allowed": allowed}
 
 
 def test_nothing_asked_nothing_recorded_reads_no_bios():
@@ -73,7 +76,12 @@ def test_an_attribute_the_bmc_does_not_have_is_an_error_naming_it():
     assert valid["status"] == "False" and valid["reason"] == "ConfigurationError"
     unsupported = fw.provisioning(
         host(m.PROVISIONING),
-        {"hfs": hfs({"ProcVirtualization": "Enabled"}), "current": None, "unsupported": "the BMC exposes no BIOS"},
+        {
+            "hfs": hfs({"ProcVirtualization": "Enabled"}),
+            "current": None,
+            "unsupported": "the BMC exposes no BIOS",
+            "allowed": {"ProcVirtualization": {"Enabled"}},
+        },
         T0,
     )
     assert unsupported.problem == "firmware settings ProcVirtualization: the BMC exposes no BIOS"
@@ -146,3 +154,21 @@ def test_deprovisioning_restores_before_the_host_is_given_back():
     assert step.actions[0] == ("bios", {"ProcVirtualization": "Disabled"}) and step.state == m.DEPROVISIONING
     done = m.decide(h, observed(seen({})), ctx(T1))
     assert done.state == m.AVAILABLE and done.annotations[fw.BASELINE_ANNOTATION] is None
+
+
+def test_a_setting_no_policy_allows_for_the_hosts_consumer_is_refused_before_any_bios_read():
+    """Issue 40: the claim side's token wrote HttpBootUri and SecureBoot into a free host's HostFirmwareSettings (no
+    policy allows either) and the provisioner went to set them."""
+    written = {"HttpBootUri": "http://10.9.9.9/evil.efi", "SecureBoot": "Disabled"}
+    for allowed in ({}, {"SecureBoot": {"Enabled"}}, {"HttpBootUri": {"http://10.9.9.9/evil.efi"}}):
+        plan = fw.provisioning(host(m.PROVISIONING), seen(written, current=None, allowed=allowed), T0)
+        assert plan.actions == [] and not plan.annotations, allowed
+        assert "no HostDeployPolicy of this namespace allows it for the host's consumer" in plan.problem
+        valid = next(c for c in plan.status["conditions"] if c["type"] == fw.VALID)
+        assert (valid["status"], valid["reason"]) == ("False", fw.CONFIGURATION_ERROR)
+    # Not read at all (the edge found nothing asked): nothing is taken as allowed either.
+    unread = {"hfs": hfs({"SecureBoot": "Disabled"}), "current": dict(BIOS), "pending": None}
+    assert fw.provisioning(host(m.PROVISIONING), unread, T0).problem
+    step = m.decide(host(m.PROVISIONING), observed(seen(written, allowed={})), ctx())
+    assert step.status["errorType"] == m.PROVISIONING_ERROR and "HttpBootUri" in step.status["errorMessage"]
+    assert not [a for a in step.actions if a[0] in ("bios", "power", "insert")]
