@@ -25,6 +25,7 @@ def test_a_host_giving_up_its_slot_starts_the_waiting_host_at_once(devenv, site,
         devenv, site, files, media_server, tmp_path / "provisioner", ["h0", "h1"], "--provision-max-concurrent", "1"
     )
     waiting_key = f"host/{site.namespace}/h1"
+
     def operation(name):  # as the provisioner's pod sees it: the host's token references opened with the media key
         return site.operation(name, media_server["dir"])
 
