@@ -137,3 +137,40 @@ def test_what_onboarding_makes_goes_through_and_stays_its_tenants(tenancy_side, 
     assert "may not change that label" in refused(lambda: api.replace(body=stored))
     policies.delete(name="tenant-t1", namespace=rack.namespace)
     api.delete(name=home)
+
+
+def test_a_stolen_tenancy_token_cannot_open_an_infra_namespace_with_a_labelled_policy(tenancy_side, rack, namespaces):
+    """Issue 40: the guard checked only a HostDeployPolicy's tenant label, never its content, so a stolen tenancy token
+    could open an infra namespace to every namespace with firmware allowances, nodeReuse clean: false or metadataCopy.
+    A policy of the tenants side is now only what onboarding writes: spec.hostclaimNamespaces.names, each name one of
+    its tenant's namespaces (<tenant>-<child>)."""
+    policies = tenancy_side.resources.get(api_version=METAL3, kind="HostDeployPolicy")
+    home = namespaces("t1-home")
+
+    def labelled(spec: dict, name: str = "tenant-t1") -> dict:
+        meta = {"name": name, "namespace": rack.namespace, "labels": {TENANT_LABEL: "t1"}}
+        return {"apiVersion": METAL3, "kind": "HostDeployPolicy", "metadata": meta, "spec": spec}
+
+    attacks = {
+        "every namespace": {"hostclaimNamespaces": {"nameMatches": ".*"}},
+        "every labelled namespace": {"hostclaimNamespaces": {"hasLabels": [{"name": TENANT_LABEL}]}},
+        "another tenant's namespace": {"hostclaimNamespaces": {"names": [home, "t2-home"]}},
+        "firmware allowances": {
+            "hostclaimNamespaces": {"names": [home]},
+            "firmware": {"allowedSettings": [{"name": "HttpBootUri", "values": ["http://10.9.9.9/evil.efi"]}]},
+        },
+        "uncleaned reuse": {
+            "hostclaimNamespaces": {"names": [home]},
+            "nodeReuse": {"maxHoldDuration": "720h", "clean": False},
+        },
+        "metadata copies": {"hostclaimNamespaces": {"names": [home]}, "metadataCopy": {"labels": [".*"]}},
+    }
+    for what, spec in attacks.items():
+        message = refused(lambda spec=spec: policies.create(body=labelled(spec)))
+        assert "only as onboarding does" in message, (what, message)
+    # What onboarding writes goes through, and cannot be widened afterwards.
+    policies.create(body=labelled({"hostclaimNamespaces": {"names": [home]}}))
+    stored = policies.get(name="tenant-t1", namespace=rack.namespace).to_dict()
+    stored["spec"]["hostclaimNamespaces"] = {"nameMatches": ".*"}
+    refused(lambda: policies.replace(body=stored))
+    policies.delete(name="tenant-t1", namespace=rack.namespace)

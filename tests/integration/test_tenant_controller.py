@@ -74,6 +74,22 @@ def test_the_controller_deploys_a_tenant_and_takes_it_apart(devenv, clients, rac
         }
         assert read(clients, "HostDeployPolicy", f"tenant-{name}", rack.namespace, METAL3) is not None
 
+        # The quota counted first: until the quota controller has discovered a custom resource (up to its 30 s
+        # discovery resync in a control plane whose CRDs are new, as this devenv's may be), the API server refuses
+        # every HostClaim create the quota covers ("status unknown for quota").
+        eventually(
+            lambda: (
+                "count/hostclaims.metal3.io"
+                in (
+                    (read(clients, "ResourceQuota", "metalclaim-tenant", namespace, "v1").get("status") or {}).get(
+                        "used"
+                    )
+                    or {}
+                )
+            ),
+            timeout=60,
+            message="the tenant's quota counted",
+        )
         # A claim of the tenant binds the pool's host through the policy entry the tenants side wrote.
         rack.claim("work-claim", namespace=namespace, identity="admin")
         eventually(
