@@ -37,22 +37,32 @@ def condition(claim: dict, type_: str) -> dict:
     return next((c for c in conditions if c["type"] == type_), {})
 
 
-def test_a_booking_in_2099_is_refused_and_another_tenant_gets_the_host(controller, rack):
+def open_policy(rack, **spec) -> None:
+    """The infra team's policy admitting every namespace to the rack's hosts, `spec` beside."""
     rack.api("admin", "HostDeployPolicy").create(
         body={
             "apiVersion": METAL3,
             "kind": "HostDeployPolicy",
             "metadata": {"name": "policy", "namespace": rack.namespace},
-            "spec": {"hostclaimNamespaces": {}, "maxBookingAhead": "48h"},  # the field the CRD takes
+            "spec": {"hostclaimNamespaces": {}, **spec},
         }
     )
+
+
+def lease_says(rack, controller, name: str, reason: str, namespace: str = TENANT_A) -> None:
+    """Wait until the claim's Lease condition has `reason`."""
+    eventually(
+        lambda: condition(rack.read_claim(name, namespace), "Lease").get("reason") == reason,
+        timeout=REACTION,
+        message=f"{name}: {reason}\n{controller.output()}",
+    )
+
+
+def test_a_booking_in_2099_is_refused_and_another_tenant_gets_the_host(controller, rack):
+    open_policy(rack, maxBookingAhead="48h")  # the field the CRD takes
     rack.host("only")
     rack.claim("far", lease={"start": "2099-01-01T00:00:00Z", "duration": "1h"})  # tenant A, as tenant-a
-    eventually(
-        lambda: condition(rack.read_claim("far"), "Lease").get("reason") == "BookingTooFarAhead",
-        timeout=REACTION,
-        message=f"far: BookingTooFarAhead\n{controller.output()}",
-    )
+    lease_says(rack, controller, "far", "BookingTooFarAhead")
     far = rack.read_claim("far")
     lease = condition(far, "Lease")
     assert lease["status"] == "False"
@@ -75,14 +85,7 @@ def test_a_booking_in_2099_is_refused_and_another_tenant_gets_the_host(controlle
 
 
 def test_an_extension_across_another_tenants_booking_is_refused(controller, rack):
-    rack.api("admin", "HostDeployPolicy").create(
-        body={
-            "apiVersion": METAL3,
-            "kind": "HostDeployPolicy",
-            "metadata": {"name": "policy", "namespace": rack.namespace},
-            "spec": {"hostclaimNamespaces": {}},
-        }
-    )
+    open_policy(rack)
     rack.host("only")
     rack.claim("holder", lease={"duration": "1h"})  # tenant A: bound now, until an hour from now
     eventually(lambda: associated(rack, "holder"), timeout=REACTION, message=f"holder bound\n{controller.output()}")
@@ -94,11 +97,7 @@ def test_an_extension_across_another_tenants_booking_is_refused(controller, rack
         identity="tenant-b",
         lease={"start": start.strftime("%Y-%m-%dT%H:%M:%SZ"), "duration": "1h"},
     )
-    eventually(
-        lambda: condition(rack.read_claim("booked", TENANT_B), "Lease").get("reason") == "Booked",
-        timeout=REACTION,
-        message=f"booked: Booked\n{controller.output()}",
-    )
+    lease_says(rack, controller, "booked", "Booked", TENANT_B)
 
     # Tenant A, as tenant-a, keeps the host for 5 hours: across B's window.
     rack.api("tenant-a", "HostClaim").patch(
@@ -107,11 +106,7 @@ def test_an_extension_across_another_tenants_booking_is_refused(controller, rack
         namespace=TENANT_A,
         content_type="application/merge-patch+json",
     )
-    eventually(
-        lambda: condition(rack.read_claim("holder"), "Lease").get("reason") == "LeaseHostBooked",
-        timeout=REACTION,
-        message=f"holder: LeaseHostBooked\n{controller.output()}",
-    )
+    lease_says(rack, controller, "holder", "LeaseHostBooked")
     holder = rack.read_claim("holder")
     lease = condition(holder, "Lease")
     assert lease["status"] == "False" and f"still ends at {end}" in lease["message"], lease
