@@ -35,7 +35,11 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.
 
 def _private_dir(path: str) -> None:
     os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)  # makedirs' mode is filtered by the umask
+    # makedirs' mode is filtered by the umask. A directory another user owns is left as it is: the media directory
+    # is a volume's mount point in the provisioner's pod (an emptyDir: root's, 0777), which its non-root user may
+    # not chmod; what is private lives below it, in directories and files of its own (0700, 0600).
+    if os.stat(path).st_uid == os.geteuid():
+        os.chmod(path, 0o700)
 
 
 def _write_private(path: str, data: bytes) -> None:

@@ -194,3 +194,25 @@ def test_the_media_server_never_serves_the_token_key(tmp_path):
     media.token_key(str(tmp_path))
     assert not mediaserver.MEDIA_ROUTE.fullmatch(f"/media/{media.TOKEN_KEY_FILE}")
     assert not mediaserver.MEDIA_ROUTE.fullmatch(f"/media/../{media.TOKEN_KEY_FILE}")
+
+
+def test_a_media_directory_another_user_owns_is_used_as_it_is(tmp_path, monkeypatch):
+    """The provisioner's pod mounts the media directory as an emptyDir (root's, 0777) and runs as user 65532, which
+    may not chmod it: the controller crashed at start making the token key (node-test). Below it, all is private."""
+    mount = tmp_path / "media"
+    mount.mkdir(mode=0o777)
+    mount.chmod(0o777)
+    monkeypatch.setattr(media.os, "geteuid", lambda: os.stat(mount).st_uid + 1)  # as another user than the owner
+    chmod = media.os.chmod
+
+    def refused_on_the_mount(path, mode):
+        if os.path.samefile(path, mount):
+            raise PermissionError(1, "Operation not permitted", str(path))
+        chmod(path, mode)
+
+    monkeypatch.setattr(media.os, "chmod", refused_on_the_mount)
+    assert len(media.token_key(str(mount))) == protocol.KEY_BYTES
+    _token, path = media.publish(str(mount), "config-drive.iso", b"iso")
+    assert stat.S_IMODE(mount.stat().st_mode) == 0o777  # left as the platform made it
+    assert stat.S_IMODE((mount / "media").stat().st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
