@@ -627,9 +627,7 @@ def _firmware(kube, host: dict, bmc: _Bmc | None) -> dict:
     found = {"hfs": hfs, "current": None, "pending": None}
     if firmware.wanted(hfs):
         found["allowed"] = _allowed_firmware(kube, host)
-        if firmware.refused(firmware.wanted(hfs), found["allowed"]) and not firmware.baseline(host):
-            return found  # refused before any BIOS read; nothing of an earlier consumer to put back either
-    if not firmware.needs_bios(host, hfs):
+    if not firmware.needs_bios(host, hfs, found.get("allowed")):
         return found
     if bmc is None:
         raise _no_connection()

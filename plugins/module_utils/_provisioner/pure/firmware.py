@@ -73,10 +73,12 @@ def baseline(host: dict) -> dict:
     return {str(k): as_text(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
-def needs_bios(host: dict, hfs: dict | None) -> bool:
-    """Whether the BIOS must be read: something is asked for or still to be put back. Otherwise firmware costs no
-    Redfish request (and BMCs without BIOS support work as before)."""
-    return bool(wanted(hfs)) or bool(baseline(host))
+def needs_bios(host: dict, hfs: dict | None, allowed: dict | None = None) -> bool:
+    """Whether the BIOS must be read: something is asked for (and, given `allowed`, every setting allowed) or still
+    to be put back. Otherwise firmware costs no Redfish request (and BMCs without BIOS support work as before); a
+    refused setting is refused before any BIOS read."""
+    asked = wanted(hfs)
+    return bool(baseline(host)) or (bool(asked) and (allowed is None or refused(asked, allowed) is None))
 
 
 def provisioning(host: dict, observed: dict | None, now: str) -> Plan:

@@ -39,6 +39,10 @@ def test_nothing_asked_nothing_recorded_reads_no_bios():
     assert not fw.needs_bios(host(m.PROVISIONING), None)
     assert fw.needs_bios(host(m.PROVISIONING), hfs({"ProcVirtualization": "Enabled"}))
     assert fw.needs_bios(host(m.DEPROVISIONING, baseline={"ProcVirtualization": "Disabled"}), None)
+    # A setting no policy allows is refused before any BIOS read, unless an earlier consumer's change is to undo.
+    assert not fw.needs_bios(host(m.PROVISIONING), hfs({"SecureBoot": "Disabled"}), {})
+    assert fw.needs_bios(host(m.PROVISIONING), hfs({"SecureBoot": "Disabled"}), {"SecureBoot": {"Disabled"}})
+    assert fw.needs_bios(host(m.PROVISIONING, baseline={"QuietBoot": "true"}), hfs({"SecureBoot": "Disabled"}), {})
     plan = fw.provisioning(host(m.PROVISIONING), {"hfs": None, "current": None}, T0)
     assert plan.actions == [] and not plan.problem and plan.status is None
 
