@@ -53,7 +53,7 @@ def one_run(env: Devenv, wanted: list[dict], at: datetime.datetime) -> tuple[flo
 def run_scenario(env: Devenv, clients, bookings: int, hosts: int) -> dict:
     rack = Rack(clients)
     try:
-        rack.policy()
+        rack.policy(maxBookingsPerNamespace=min(bookings, 1000))  # one namespace's bookings: the CRD's most
         rack.add_hosts(hosts)
         t0 = rack.server_now()
         chance = random.Random(26)

@@ -55,8 +55,11 @@ class Rack:
     def api(self, identity: str, kind: str, api_version: str = METAL3):
         return self.clients[identity].resources.get(api_version=api_version, kind=kind)
 
-    def policy(self, rule: dict | None = None, metadata_copy: dict | None = None, name: str = "policy") -> None:
-        spec = {"hostclaimNamespaces": rule if rule is not None else {}}
+    def policy(
+        self, rule: dict | None = None, metadata_copy: dict | None = None, name: str = "policy", **fields
+    ) -> None:
+        """The infra team's HostDeployPolicy over the rack's namespace (`fields`: more of its spec)."""
+        spec = {"hostclaimNamespaces": rule if rule is not None else {}, **fields}
         if metadata_copy is not None:
             spec["metadataCopy"] = metadata_copy
         self.api("admin", "HostDeployPolicy").create(

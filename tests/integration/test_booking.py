@@ -47,7 +47,7 @@ LATENCY = 20
 def fleet(devenv, clients, tmp_path_factory):
     """A rack of 10 hosts, a policy, and two claim-side controllers serving it (no leader election)."""
     rack = Rack(clients)
-    rack.policy()
+    rack.policy(maxBookingsPerNamespace=BOOKINGS)  # one namespace's 50: the race, not the limit, decides
     for index in range(HOSTS):
         rack.host(f"h{index}")
     base = tmp_path_factory.mktemp("booking")

@@ -8,6 +8,11 @@ host's policies take (`maxBookingAhead`) is not accepted: its claim says so, and
 An extension voids no booking (issue 40): tenant A, holding the host under a lease, extended it across tenant B's
 accepted booking, and B's claim was never bound at its start. Now the extension is refused (`LeaseHostBooked`) and
 A's lease keeps its end, before B's start.
+
+Bounded bookings (issue 40): 673 bookings of tenant A on one host pushed its bookings annotation past the API
+server's 256 KiB; the 422 failed every claim-side run, so tenant B's claim on a pool A cannot use was never bound.
+Now one namespace holds at most `maxBookingsPerNamespace` (10 unless a policy says) on one infra namespace's hosts,
+and a host whose write the API server refuses takes no booking in that run: only the claims that wanted it wait.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import time
 
 import pytest
 
-from metalclaim_dev.claimlayer import METAL3, TENANT_A, TENANT_B
+from metalclaim_dev.claimlayer import METAL3, TENANT_A, TENANT_B, stamp
 from metalclaim_dev.controllerproc import ControllerProcess, associated, claim_side
 from metalclaim_dev.support import eventually
 
@@ -118,3 +123,62 @@ def test_an_extension_across_another_tenants_booking_is_refused(controller, rack
     bookings = rack.read_host("only")["metadata"]["annotations"]["metalclaim.io/bookings"]
     assert rack.read_claim("booked", TENANT_B)["metadata"]["uid"] in bookings
     assert condition(rack.read_claim("booked", TENANT_B), "Lease").get("reason") == "Booked"
+
+
+def annotations_size(host: dict) -> int:
+    return sum(len(k) + len(v) for k, v in (host["metadata"].get("annotations") or {}).items())
+
+
+def test_one_tenants_bookings_are_bounded_and_a_refused_host_fails_no_other_claim(controller, rack):
+    open_policy(rack)  # no maxBookingsPerNamespace: 10
+    rack.host("full", labels={"pool": "a"})
+    rack.host("mine", labels={"pool": "a"})
+    rack.host("other", labels={"pool": "b"})
+    # The infra team's own notes fill "full" up to a few bytes below the API server's 256 KiB: any booking written
+    # there is refused (422), as 673 bookings made it.
+    room = 262144 - 60 - annotations_size(rack.read_host("full")) - len("infra.example/notes")
+    rack.api("admin", "BareMetalHost").patch(
+        body={"metadata": {"annotations": {"infra.example/notes": "x" * room}}},
+        name="full",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    t0 = rack.server_now()
+    pool_a = {"matchLabels": {"infra-kind": rack.kind, "pool": "a"}}
+    names = [f"bk{index:02d}" for index in range(12)]  # tenant A, one window after another: every one fits a host
+    for index, name in enumerate(names):
+        start = t0 + datetime.timedelta(hours=1 + index)
+        rack.claim(name, hostSelector=pool_a, lease={"start": stamp(start), "duration": "30m"})
+    created = time.monotonic()
+    rack.claim("now", namespace=TENANT_B, identity="tenant-b", hostSelector={"matchLabels": {"pool": "b"}})
+    eventually(
+        lambda: condition(rack.read_claim("now", TENANT_B), "Association").get("status") == "True",
+        timeout=REACTION,
+        message=f"now: bound\n{controller.output()}",
+    )
+    print(f"\ntenant B's claim beside a refused host: create -> Association=True in {time.monotonic() - created:.2f} s")
+
+    def reasons() -> list:
+        return [condition(rack.read_claim(name), "Lease").get("reason") for name in names]
+
+    eventually(
+        lambda: "" not in reasons() and None not in reasons(),
+        timeout=REACTION,
+        message=f"{reasons()}\n{controller.output()}",
+    )
+    by_reason: dict = {}
+    for claim in map(rack.read_claim, names):
+        by_reason.setdefault(condition(claim, "Lease")["reason"], []).append(claim)
+    assert sorted((r, len(c)) for r, c in by_reason.items()) == [("Booked", 10), ("BookingLimitReached", 2)]
+
+    def order(claim: dict) -> tuple:  # first come, first served: creation, then uid
+        return claim["metadata"]["creationTimestamp"], claim["metadata"]["uid"]
+
+    assert max(map(order, by_reason["Booked"])) < min(map(order, by_reason["BookingLimitReached"]))
+    limited = by_reason["BookingLimitReached"][0]
+    lease = condition(limited, "Lease")
+    assert lease["status"] == "False" and "(10)" in lease["message"], lease
+    assert rack.namespace not in lease["message"] and "mine" not in lease["message"]  # tenant-safe
+    assert condition(limited, "Association")["reason"] == "BookingLimitReached"
+    assert "metalclaim.io/bookings" not in rack.read_host("full")["metadata"]["annotations"]
+    assert rack.read_host("mine")["metadata"]["annotations"]["metalclaim.io/bookings"].count('"uid"') == 10

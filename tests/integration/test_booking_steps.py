@@ -139,7 +139,7 @@ def test_claims_without_a_lease_block_a_window_and_never_take_a_booked_host(deve
 
 
 def test_concurrent_runs_never_book_twice_and_agree_with_the_order(devenv, rack):
-    rack.policy()
+    rack.policy(maxBookingsPerNamespace=24)  # one namespace's 24: the race, not the limit, decides
     for index in range(3):
         rack.host(f"h{index}")
     t0 = rack.server_now()
@@ -172,7 +172,9 @@ def test_concurrent_runs_never_book_twice_and_agree_with_the_order(devenv, rack)
     # The same decisions as one run deciding them all in order (every claim existed before the runs).
     claims = [rack.read_claim(name) for name in names]
     bare = [{"metadata": {"namespace": rack.namespace, "name": h}, "spec": {}, "status": {}} for h in sorted(found)]
-    expected = booking.plan(claims, bare, lambda claim: [(rack.namespace, h) for h in found], t0)
+    expected = booking.plan(
+        claims, bare, lambda claim: [(rack.namespace, h) for h in found], t0, allowed={rack.namespace: 24}
+    )
     decided = {d.claim["metadata"]["name"]: d.host[1] if d.host else None for d in expected.decisions}
     actual = {name: next((e[0] for e in entries if e[1] == name), None) for name in names}
     assert actual == decided

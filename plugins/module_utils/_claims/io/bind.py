@@ -168,9 +168,13 @@ class _Context:
         plan = binding.plan(
             claim, index, authorized, labels, held, annotations, caps, now, spread, firmware_allowed=allowed
         )
-        noted = run.book.condition(claim, lease.LEASE)  # the booking step's: further ahead than the hosts take
-        if plan.reason == booking.BOOKING_CONFLICT and noted and noted[1] == booking.BOOKING_TOO_FAR:
-            plan.reason, plan.message = booking.BOOKING_TOO_FAR, noted[2]
+        noted = run.book.condition(claim, lease.LEASE)  # the booking step's: too far ahead, or over the limit
+        if (
+            plan.reason == booking.BOOKING_CONFLICT
+            and noted
+            and noted[1] in (booking.BOOKING_TOO_FAR, booking.BOOKING_LIMIT)
+        ):
+            plan.reason, plan.message = noted[1], noted[2]
         return plan
 
 

@@ -22,7 +22,7 @@ import json
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io import leases
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_metadata
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, booking, lease
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError, RefusedError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
@@ -57,13 +57,21 @@ def book_claims(run) -> dict:
     relist = getattr(kube, "relist", kube.list)  # a caching client must go to the server after a lost race
     gone: set = set()
     reach = booking.horizons(policies)  # how far ahead each infra namespace's hosts take bookings
+    allowed = booking.limits(policies)  # how many bookings each claim namespace may hold there
+    closed: set = set()  # hosts the API server refused to write in this run: they take no new booking
     for _attempt in range(ATTEMPTS):
-        planned = booking.plan(claims, hosts, _candidates(hosts, policies, metadata_of), now, gone, reach)
+        candidates = _candidates(hosts, policies, metadata_of)
+        planned = booking.plan(claims, hosts, candidates, now, gone, reach, allowed, closed)
         if planned.unknown - _checked(kube, planned.unknown, gone):
-            planned = booking.plan(claims, hosts, _candidates(hosts, policies, metadata_of), now, gone, reach)
-        if _write_hosts(run, planned, hosts, result):
+            planned = booking.plan(claims, hosts, candidates, now, gone, reach, allowed, closed)
+        written = _write_hosts(run, planned, hosts, result)
+        if written is True:
             break
-        result["conflicts"] += 1
+        if written is False:
+            result["conflicts"] += 1
+        else:  # refused: planned again without it; only the claims that wanted that host wait
+            closed.add(written)
+            continue
         claims = [c for c in relist(API_VERSION, "HostClaim") if binding.claim_kind(c) == binding.DEFAULT_CLAIM_KIND]
         hosts = relist(API_VERSION, "BareMetalHost")
     else:
@@ -144,9 +152,10 @@ def _candidates(hosts: list[dict], policies: list[dict], metadata_of: dict):
     return candidates
 
 
-def _write_hosts(run, planned: booking.Plan, hosts: list[dict], result: dict) -> bool:
-    """Write each host's new bookings under its resourceVersion; False at the first lost race (the writes before it
-    stand: each is whole and right on its own)."""
+def _write_hosts(run, planned: booking.Plan, hosts: list[dict], result: dict):
+    """Write each host's new bookings under its resourceVersion: True when all are written, False at the first lost
+    race, the host's key when the API server refused its write (a 422: say, its annotations too large; logged for
+    the infra team, never told a tenant). The writes before either stand: each is whole and right on its own."""
     by_key = {binding.key(h): h for h in hosts}
     for host_key in sorted(planned.writes):
         current = by_key[host_key]
@@ -162,6 +171,9 @@ def _write_hosts(run, planned: booking.Plan, hosts: list[dict], result: dict) ->
                 run.kube.replace(updated)
             except ConflictError:
                 return False
+            except RefusedError as error:
+                run.warn(f"BareMetalHost {host_key[0]}/{host_key[1]}: its bookings were not written: {error}")
+                return host_key
         run.record("BareMetalHost", current, updated)
         result["host_writes"] += 1
     return True

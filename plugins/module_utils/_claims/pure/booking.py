@@ -27,6 +27,15 @@ whose holding blocks every window, for ever. A booking further ahead is not refu
 says ``BookingTooFarAhead`` and it is decided again, in its first-come place, once its start is within reach. An
 accepted booking beyond its host's horizon (accepted before the horizon, or the policy lowered since) is dropped.
 
+Bounded bookings (issue 40): one tenant's 673 bookings on one host pushed its annotation past the API server's
+256 KiB, and the refused write failed every run of every tenant. A host takes at most ``MAX_PER_HOST`` bookings (its
+annotation stays a few KiB), and one claim namespace holds at most ``maxBookingsPerNamespace`` bookings still to
+start on the hosts of one infra namespace (``DEFAULT_PER_NAMESPACE`` where no policy says it; the largest of the
+namespace's policies). A booking over its namespace's limit on every host it may use is not accepted: its Lease
+condition says ``BookingLimitReached`` and it is decided again, in its first-come place, as the namespace's bookings
+start or go. Accepted bookings over a limit lowered since are kept. A host the API server refuses to write (a 422,
+not a conflict) takes no new booking in that run (``plan``'s ``closed``): only the claims that wanted it wait.
+
 Every decision takes the run's timestamp (``now``): no clock here.
 """
 
@@ -45,8 +54,14 @@ BOOKED = "Booked"
 BOOKING_CONFLICT = "BookingConflict"
 BOOKING_INVALID = lease.LEASE_INVALID
 BOOKING_TOO_FAR = "BookingTooFarAhead"
-REASONS = (BOOKED, BOOKING_CONFLICT, BOOKING_TOO_FAR)  # the bind step's Association reasons for a booking ahead
+BOOKING_LIMIT = "BookingLimitReached"
+# The bind step's Association reasons for a booking ahead.
+REASONS = (BOOKED, BOOKING_CONFLICT, BOOKING_TOO_FAR, BOOKING_LIMIT)
 DEFAULT_AHEAD = 7 * 24 * 3600  # seconds: how far ahead a booking may start where no policy says maxBookingAhead
+# One entry is at most ~450 bytes (a uid, a 63-character namespace, a 253-character name, two times): 32 keep a host's
+# annotation under 15 KiB, far from the 256 KiB the API server allows all of an object's annotations together.
+MAX_PER_HOST = 32
+DEFAULT_PER_NAMESPACE = 10  # bookings still to start one claim namespace may hold on one infra namespace's hosts
 FOREVER = datetime.datetime.max.replace(tzinfo=datetime.timezone.utc)
 
 
@@ -301,6 +316,19 @@ def horizons(policies: list[dict]) -> dict:
     return found
 
 
+def limits(policies: list[dict]) -> dict:
+    """{infra namespace: how many bookings still to start one claim namespace may hold on its hosts}: the largest
+    spec.maxBookingsPerNamespace of its policies, DEFAULT_PER_NAMESPACE for a policy without one, 0 for one that
+    cannot be read (fail closed). A namespace without a policy is not in it."""
+    found: dict = {}
+    for policy in policies:
+        namespace = _meta(policy).get("namespace", "")
+        value = (policy.get("spec") or {}).get("maxBookingsPerNamespace", DEFAULT_PER_NAMESPACE)
+        allowed = value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+        found[namespace] = max(found.get(namespace, 0), allowed)
+    return found
+
+
 def within_reach(window: Window, horizon: int, now: datetime.datetime) -> bool:
     """Whether a booking of `window` may be accepted now on a host whose horizon is `horizon` seconds."""
     return lease.seconds_between(now, window.start) <= horizon
@@ -323,6 +351,14 @@ def conflict_message(window: Window) -> str:
     )
 
 
+def limit_message(window: Window, limit: int) -> str:
+    # Tenants read this: their own namespace's count and the limit, no host, no other tenant.
+    return (
+        f"this namespace holds as many bookings still to start as the hosts it may use take ({limit}): the booking "
+        f"{window.spelled()} is decided again as those start or are removed"
+    )
+
+
 def too_far_message(window: Window, horizon: int) -> str:
     # Tenants read this: how far ahead bookings go (the largest horizon among the hosts it may use), nothing else.
     return (
@@ -337,8 +373,9 @@ class Decision:
     """What the run decided for one booking claim."""
 
     claim: dict
-    # booked | conflict | too_far (beyond every candidate host's horizon: decided at retry_at) | invalid | started (its
-    # start passed, not booked: an ordinary leased claim)
+    # booked | conflict | too_far (beyond every candidate host's horizon: decided at retry_at) | limit (its namespace
+    # holds as many bookings as every host in reach takes) | invalid | started (its start passed, not booked: an
+    # ordinary leased claim)
     state: str
     window: Window | None = None
     message: str = ""
@@ -355,6 +392,8 @@ class Decision:
             return [(lease.LEASE, "False", BOOKING_CONFLICT, self.message)]
         if self.state == "too_far":
             return [(lease.LEASE, "False", BOOKING_TOO_FAR, self.message)]
+        if self.state == "limit":
+            return [(lease.LEASE, "False", BOOKING_LIMIT, self.message)]
         if self.state == "invalid":
             return [(lease.LEASE, "False", BOOKING_INVALID, self.message)]
         return []
@@ -378,6 +417,8 @@ def plan(
     now: datetime.datetime,
     gone: set | frozenset = frozenset(),
     reach: dict | None = None,
+    allowed: dict | None = None,
+    closed: set | frozenset = frozenset(),
 ) -> Plan:
     """Decide every booking claim in `claims` (all the live claims: those without a start are read for the hosts
     they hold), first come, first served, and tidy every host's bookings: an entry whose claim is gone, is being
@@ -388,10 +429,16 @@ def plan(
     (the caller read it: deleted, or another claim by that name now); else it stays, in Plan.unknown: a claim
     created after `claims` was read may have been booked by another run. reach: horizons() of the policies (None:
     DEFAULT_AHEAD everywhere; a namespace not in it: DEFAULT_AHEAD): a booking goes only on a host whose horizon its
-    start is within, and an entry beyond its host's is dropped."""
+    start is within, and an entry beyond its host's is dropped. allowed: limits() of the policies (None:
+    DEFAULT_PER_NAMESPACE everywhere): a booking goes only where its namespace holds fewer bookings still to start
+    in that host's namespace, and only on a host carrying fewer than MAX_PER_HOST. closed: keys of hosts the API
+    server refused to write: no new booking there, and no write."""
 
     def horizon(host_key: tuple[str, str]) -> int:
         return (reach or {}).get(host_key[0], DEFAULT_AHEAD)
+
+    def limit(host_key: tuple[str, str]) -> int:
+        return (allowed or {}).get(host_key[0], DEFAULT_PER_NAMESPACE)
 
     claims_by_key = {_key(c): c for c in claims}
     live = {_uid(c): c for c in claims if not _meta(c).get("deletionTimestamp")}
@@ -438,6 +485,11 @@ def plan(
             keep.append(entry)
         kept[host_key] = keep
     booked = {e.uid: host_key for host_key, found in kept.items() for e in found}
+    to_start: dict = {}  # (claim namespace, infra namespace) -> its bookings still to start there
+    for host_key, found in kept.items():
+        for e in found:
+            if e.window.start > now:
+                to_start[(e.namespace, host_key[0])] = to_start.get((e.namespace, host_key[0]), 0) + 1
     for claim in sorted((live[uid] for uid in windows), key=order_key):
         uid = _uid(claim)
         window = windows[uid]
@@ -456,9 +508,17 @@ def plan(
             message = too_far_message(window, furthest)
             result.decisions.append(Decision(claim, "too_far", window, message, retry_at=retry_at))
             continue
-        for host_key in near:
+        namespace, name = _key(claim)
+        room = [host_key for host_key in near if to_start.get((namespace, host_key[0]), 0) < limit(host_key)]
+        if near and not room:
+            most = max(limit(host_key) for host_key in near)
+            result.decisions.append(Decision(claim, "limit", window, limit_message(window, most)))
+            continue
+        for host_key in room:
             host = by_key.get(host_key)
-            if host is None or kept.get(host_key) is None or not bookable(host):
+            if host is None or kept.get(host_key) is None or host_key in closed or not bookable(host):
+                continue
+            if len(kept[host_key]) >= MAX_PER_HOST:
                 continue
             if free_for(window, host, kept[host_key], claims_by_key, now, uid, claim):
                 chosen = host_key
@@ -466,11 +526,13 @@ def plan(
         if chosen is None:
             result.decisions.append(Decision(claim, "conflict", window, conflict_message(window)))
             continue
-        namespace, name = _key(claim)
         kept[chosen] = [*kept[chosen], Entry(uid, namespace, name, window)]
         booked[uid] = chosen
+        to_start[(namespace, chosen[0])] = to_start.get((namespace, chosen[0]), 0) + 1
         result.decisions.append(Decision(claim, "booked", window, host=chosen, newly=True))
     for host_key, found in kept.items():
+        if host_key in closed:
+            continue
         written = (_meta(by_key[host_key]).get("annotations") or {}).get(ANNOTATION)
         # A window that passed overlaps nothing to come: no write (and no wake of every waiting claim) just for it.
         if encoded(found) != written and encoded(found + passed[host_key]) != written:

@@ -176,6 +176,11 @@ class Run:
             with self._warnings_lock:
                 self.warnings.append(cond.truncated(f"Event {reason} on {where} not recorded: {error}", WARNING_LIMIT))
 
+    def warn(self, message: str) -> None:
+        """A warning of the run (said once in finish()), for whoever runs it: never shown to a tenant."""
+        with self._warnings_lock:
+            self.warnings.append(cond.truncated(message, WARNING_LIMIT))
+
     def record(self, kind: str, before: dict | None, after: dict | None, secret: bool = False) -> None:
         """For the diff: an object as it was (None: created) and as it is written (None: deleted).
 

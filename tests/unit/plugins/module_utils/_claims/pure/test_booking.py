@@ -293,3 +293,62 @@ def test_booked_from_is_the_earliest_other_booking_still_to_come():
     assert booking.booked_from(host("h1"), holder, at(0)) is None
     torn = host("h2", annotations={booking.ANNOTATION: "{not json"})
     assert booking.booked_from(torn, holder, at(5)) == at(5)
+
+
+def test_one_namespace_holds_at_most_its_limit_of_bookings_and_the_rest_wait_their_turn():
+    """Issue 40: 673 bookings of one tenant pushed a host's annotation past the API server's 256 KiB and failed every
+    run. A namespace holds at most its limit of bookings still to start on one infra namespace's hosts; the next
+    ones say BookingLimitReached (tenant-safe) and are decided again, first come, once one has started."""
+    wanted = [claim(f"c{i:02}", start=3600 * (i + 1), duration=600, created=i) for i in range(12)]
+    pool = [host("h1")]
+    planned = booking.plan(wanted, pool, every(pool), T0)
+    states = [d.state for d in sorted(planned.decisions, key=lambda d: d.claim["metadata"]["name"])]
+    assert states == ["booked"] * booking.DEFAULT_PER_NAMESPACE + ["limit"] * 2
+    limited = next(d for d in planned.decisions if d.state == "limit")
+    assert limited.conditions() == [(lease.LEASE, "False", booking.BOOKING_LIMIT, limited.message)]
+    assert "(10)" in limited.message and "infra" not in limited.message and "h1" not in limited.message
+    assert len(json.loads(planned.writes[("infra", "h1")])) == booking.DEFAULT_PER_NAMESPACE
+    # The first booking has started: the eleventh claim takes its place, the twelfth still waits.
+    pool = [host("h1", annotations={booking.ANNOTATION: planned.writes[("infra", "h1")]})]
+    later = booking.plan(wanted, pool, every(pool), at(3600))
+    assert where(later)["c10"] == ("booked", "h1") and where(later)["c11"] == ("limit", None)
+    # Another namespace is not counted against it.
+    other = claim("o", start=3600 * 20, duration=600, created=20)
+    other["metadata"]["namespace"] = "u"
+    assert where(booking.plan([*wanted, other], pool, every(pool), at(3600)))["o"] == ("booked", "h1")
+
+
+def test_the_limit_is_the_largest_of_the_hosts_policies_and_one_host_carries_at_most_max_per_host():
+    policies = [
+        {"metadata": {"namespace": "infra"}, "spec": {"maxBookingsPerNamespace": 2}},
+        {"metadata": {"namespace": "infra"}, "spec": {"maxBookingsPerNamespace": 100}},
+        {"metadata": {"namespace": "other"}, "spec": {}},
+        {"metadata": {"namespace": "broken"}, "spec": {"maxBookingsPerNamespace": "many"}},
+        {"metadata": {"namespace": "none"}, "spec": {"maxBookingsPerNamespace": 0}},
+    ]
+    assert booking.limits(policies) == {"infra": 100, "other": booking.DEFAULT_PER_NAMESPACE, "broken": 0, "none": 0}
+    wanted = [claim(f"c{i:02}", start=60 * (i + 1), duration=30, created=i) for i in range(booking.MAX_PER_HOST + 2)]
+    pool = [host("h1"), host("h2")]
+    planned = booking.plan(wanted, pool, every(pool), T0, allowed={"infra": 100})
+    assert len(json.loads(planned.writes[("infra", "h1")])) == booking.MAX_PER_HOST  # full: the next go to h2
+    assert len(json.loads(planned.writes[("infra", "h2")])) == 2
+    nothing = booking.plan(wanted[:1], pool, every(pool), T0, allowed={"infra": 0})
+    assert where(nothing) == {"c00": ("limit", None)} and nothing.writes == {}
+
+
+def test_a_host_the_api_server_refused_takes_no_new_booking_and_is_not_written():
+    first, second = claim("a", start=3600, duration=60), claim("b", start=7200, duration=60, created=1)
+    pool = [host("h1"), host("h2")]
+    planned = booking.plan([first, second], pool, every(pool), T0, closed={("infra", "h1")})
+    assert where(planned) == {"a": ("booked", "h2"), "b": ("booked", "h2")}
+    assert set(planned.writes) == {("infra", "h2")}
+    kept = [host("h1", entries=[entry(first, 3600, 3660)])]
+    assert booking.plan([first], kept, every(kept), T0, closed={("infra", "h1")}).writes == {}
+    assert where(booking.plan([first], kept, every(kept), T0, closed={("infra", "h1")})) == {"a": ("booked", "h1")}
+
+
+def test_an_accepted_booking_over_a_lowered_limit_is_kept():
+    wanted = [claim(f"c{i}", start=3600 * (i + 1), duration=60, created=i) for i in range(3)]
+    pool = [host("h1", entries=[entry(c, 3600 * (i + 1), 3600 * (i + 1) + 60) for i, c in enumerate(wanted)])]
+    planned = booking.plan(wanted, pool, every(pool), T0, allowed={"infra": 1})
+    assert [d.state for d in planned.decisions] == ["booked"] * 3 and planned.writes == {}
