@@ -168,8 +168,8 @@ def association(rack: Rack, name: str, namespace: str = TENANT_A) -> str | None:
     return next((c["status"] for c in status.get("conditions") or [] if c["type"] == "Association"), None)
 
 
-def associated(rack: Rack, name: str) -> bool:
-    return association(rack, name) == "True"
+def associated(rack: Rack, name: str, namespace: str = TENANT_A) -> bool:
+    return association(rack, name, namespace) == "True"
 
 
 def runs_of(controller: ControllerProcess, key: str) -> int:

@@ -26,13 +26,14 @@ from metalclaim_dev.claimlayer import TENANT_A, TENANT_B
 from metalclaim_dev.configdrive_reader import read_config_drive
 from metalclaim_dev.controllerproc import ControllerProcess, associated, association, claim_side
 from metalclaim_dev.netfixtures import post_json
-from metalclaim_dev.support import eventually
+from metalclaim_dev.support import create_namespace, delete_namespaces, eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.minutes(2)]
 REACTION = 20  # seconds: a run is ~0.2-2 s
 LATENCY = 5.0  # seconds from a hold's end to its mark removed: ~0.8 s measured, the rest is CI load
 HOLD = "metalclaim.io/reuse-hold"
 IN_USE = "provisioner.metalclaim.io/in-use"
+UNCLEANED = "metalclaim.io/uncleaned"
 
 
 @pytest.fixture
@@ -188,9 +189,10 @@ def test_an_uncleaned_hold_ends_on_time_across_a_restart_and_is_cleaned_first(de
         assert IN_USE in host["metadata"]["annotations"]  # deprovisioned with cleaning before anyone binds it
         assert association(rack, "other") == "False"
 
-        # The provisioner's part, played: it cleans the host and takes the mark off. The waiting claim binds it.
+        assert UNCLEANED in host["metadata"]["annotations"]  # only the wipe takes it off
+        # The provisioner's part, played: it cleans the host and takes the marks off. The waiting claim binds it.
         rack.api("admin", "BareMetalHost").patch(
-            body={"metadata": {"annotations": {IN_USE: None}}},
+            body={"metadata": {"annotations": {IN_USE: None, UNCLEANED: None}}},
             name="h1",
             namespace=rack.namespace,
             content_type="application/merge-patch+json",
@@ -231,6 +233,80 @@ def test_a_policy_without_node_reuse_binds_normally_and_holds_nothing(controller
     rack.claim("c2")
     eventually(lambda: associated(rack, "c2"), timeout=REACTION, message=f"c2 bound\n{controller.output()}")
     assert hold_of(rack, "h1") is None
+
+
+def release_uncleaned(rack, controller, namespace: str = TENANT_A, identity: str = "tenant-a") -> None:
+    """Claim c1 (key md-0) bound to h1, then deleted: h1 held for `namespace` with its disks kept."""
+    rack.claim("c1", namespace=namespace, identity=identity, nodeReuse={"key": "md-0"})
+    eventually(lambda: associated(rack, "c1", namespace), timeout=REACTION, message=f"c1 bound\n{controller.output()}")
+    rack.api(identity, "HostClaim").delete(name="c1", namespace=namespace)
+    eventually(
+        lambda: hold_of(rack, "h1") is not None and "consumerRef" not in rack.read_host("h1")["spec"],
+        timeout=REACTION,
+        message=f"held\n{controller.output()}",
+    )
+    assert hold_of(rack, "h1")["cleaned"] is False
+    assert UNCLEANED in rack.read_host("h1")["metadata"]["annotations"]
+
+
+def test_a_hold_removed_by_hand_sends_no_uncleaned_disks_to_another_tenant(controller, rack):
+    """Issue 40: the infra guide said to remove the hold annotation to end a hold early; on a clean: false hold
+    that sent tenant A's uncleaned disks to tenant B's next claim. Now the host stays marked uncleaned (a mark
+    only the provisioner's wipe removes): B's claim waits, and the host is sent to cleaning first."""
+    reuse_policy(rack, hold="1h", clean=False)
+    rack.host("h1")
+    release_uncleaned(rack, controller)
+    rack.api("admin", "BareMetalHost").patch(  # the infra team, ending the hold by hand
+        body={"metadata": {"annotations": {HOLD: None}}},
+        name="h1",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    rack.claim("b", namespace=TENANT_B, identity="tenant-b")  # tenant B, no key
+    eventually(
+        lambda: IN_USE in (rack.read_host("h1")["metadata"].get("annotations") or {}),
+        timeout=REACTION,
+        message=f"sent to cleaning\n{controller.output()}",
+    )
+    eventually(lambda: unbound_for_no_host(rack, "b", TENANT_B), timeout=REACTION, message="b waits")
+    host = rack.read_host("h1")
+    assert host["spec"]["automatedCleaningMode"] == "metadata" and "consumerRef" not in host["spec"]
+    assert UNCLEANED in host["metadata"]["annotations"]
+    # The provisioner's wipe, played: both marks go. B gets a cleaned host.
+    rack.api("admin", "BareMetalHost").patch(
+        body={"metadata": {"annotations": {IN_USE: None, UNCLEANED: None}}},
+        name="h1",
+        namespace=rack.namespace,
+        content_type="application/merge-patch+json",
+    )
+    eventually(lambda: associated(rack, "b", TENANT_B), timeout=REACTION, message=f"b bound\n{controller.output()}")
+
+
+def test_a_namespace_made_again_under_the_same_name_inherits_no_held_host(controller, rack):
+    """Issue 40: a hold matched its namespace by name, so a namespace deleted and created again under that name
+    (or another tenant's child namespace of the same name) inherited the host and its uncleaned disks."""
+    name = f"reuse-{rack.namespace}"[:63]
+    admin = rack.clients["admin"]
+    create_namespace(admin, name)
+    try:
+        reuse_policy(rack, hold="1h", clean=False)
+        rack.host("h1")
+        release_uncleaned(rack, controller, namespace=name, identity="admin")
+        first_uid = hold_of(rack, "h1")["namespaceUID"]
+        delete_namespaces(admin, [name], kinds=("HostClaim",))
+        create_namespace(admin, name)  # another namespace object of the same name: a new owner
+        rack.claim("c2", namespace=name, identity="admin", nodeReuse={"key": "md-0"})
+        eventually(
+            lambda: unbound_for_no_host(rack, "c2", name),
+            timeout=REACTION,
+            message=f"c2 not given the held host\n{controller.output()}",
+        )
+        assert "consumerRef" not in rack.read_host("h1")["spec"]
+        assert hold_of(rack, "h1")["namespaceUID"] == first_uid
+        current = rack.api("admin", "Namespace", "v1").get(name=name).metadata.uid
+        assert current != first_uid
+    finally:
+        delete_namespaces(admin, [name], kinds=("HostClaim",))
 
 
 def reconcile(devenv, rack) -> dict:
@@ -307,6 +383,11 @@ def test_the_claim_side_may_add_the_in_use_mark_but_never_take_it_off(rack):
     assert merge({IN_USE: None}) == 403  # removed
     assert merge({"provisioner.metalclaim.io/operation": "{}"}) == 403  # any other provisioner mark
     assert IN_USE in rack.read_host("h1")["metadata"]["annotations"]
+    # The uncleaned mark likewise: added by a release that keeps the disks; only the provisioner's wipe removes it.
+    assert merge({UNCLEANED: '{"namespace":"t"}'}) == 200
+    assert merge({UNCLEANED: '{"namespace":"other"}'}) == 403  # changed
+    assert merge({UNCLEANED: None}) == 403  # removed
+    assert UNCLEANED in rack.read_host("h1")["metadata"]["annotations"]
 
 
 def test_with_the_provisioner_an_uncleaned_hold_is_wiped_before_the_pool(devenv, site, files, media_server, tmp_path):

@@ -165,8 +165,19 @@ class _Context:
             spread = binding.spread_counts(claim, index.all(), run.kube.held(API_VERSION, "HostClaim"))
         now = leases.now_of(run)
         allowed = firmware_policy.allowances(self.policies, decisions)
+        namespace_uid = (self.metadata_of.get(namespace) or {}).get("uid", "")
         plan = binding.plan(
-            claim, index, authorized, labels, held, annotations, caps, now, spread, firmware_allowed=allowed
+            claim,
+            index,
+            authorized,
+            labels,
+            held,
+            annotations,
+            caps,
+            now,
+            spread,
+            firmware_allowed=allowed,
+            namespace_uid=namespace_uid,
         )
         noted = run.book.condition(claim, lease.LEASE)  # the booking step's: too far ahead, or over the limit
         if (

@@ -48,7 +48,8 @@ def give_back_clean(run, host: dict, claim: dict | None) -> dict:
                     raise
         shown = {"metadata": {"name": name, "namespace": host_ns, "uid": record["uid"]}}
         run.record("Secret", shown, None, secret=True)
-    scrubbed = reuse.scrubbed(scrubbed_spec(host), offer, claim, now_of(run))
+    owner_uid = reuse_io.namespace_uid(run, claim) if offer is not None else ""
+    scrubbed = reuse.scrubbed(scrubbed_spec(host), offer, claim, now_of(run), owner_uid)
     # No settings asked any more, before the scrub starts deprovisioning. Only while the scrub is to come: the HFS
     # is emptied before it, so a host already scrubbed (waiting to be given back) costs no read each run.
     if scrubbed != host and firmware.involved(claim):
@@ -78,7 +79,7 @@ def give_back_clean(run, host: dict, claim: dict | None) -> dict:
     result["state"] = "released"
     if offer is not None:
         now = now_of(run)
-        released, hold = reuse.held(released, claim, offer, now)
+        released, hold = reuse.held(released, claim, offer, now, owner_uid)
         result["after"] = hold.seconds_left(now)
     if not check_mode:
         kube.replace(released)

@@ -12,7 +12,10 @@ notes each bound claim's NodeReuse condition; the release step (release.py) ends
 from __future__ import annotations
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.leases import now_of
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import namespace_labels
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.run import (
+    namespace_labels,
+    namespace_metadata,
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, reuse
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
@@ -29,14 +32,22 @@ def offer_for(run, claim: dict, infra_namespace: str) -> reuse.Offer | None:
     return reuse.offers(policies, decisions).get(infra_namespace)
 
 
+def namespace_uid(run, claim: dict) -> str:
+    """The uid of the claim's namespace ("" when it is gone: a hold for it would be for nobody)."""
+    return (namespace_metadata(run.kube).get(claim["metadata"]["namespace"]) or {}).get("uid", "")
+
+
 def offer_on_release(run, claim: dict | None, host: dict) -> reuse.Offer | None:
-    """The offer that applies when `claim`'s host is released (None: it returns to the pool)."""
+    """The offer that applies when `claim`'s host is released (None: it returns to the pool, as it does when the
+    claim's namespace is gone: nobody could take the hold)."""
     if claim is None:
         return None
     try:
         if reuse.reuse_key(claim) is None:
             return None
     except reuse.ReuseError:
+        return None
+    if not namespace_uid(run, claim):
         return None
     return reuse.to_hold(claim, offer_for(run, claim, binding.key(host)[0]))
 
@@ -63,17 +74,19 @@ def end_holds(run, hosts: list[dict]) -> list[dict]:
     now = now_of(run)
     results = []
     for host in hosts:
-        hold = reuse.hold_of(host)
-        if hold is None or binding.consumer(host):
+        hold, mark = reuse.hold_of(host), reuse.uncleaned_of(host)
+        if (hold is None and mark is None) or binding.consumer(host):
             continue
         host_ns, host_name = binding.key(host)
-        entry = {"namespace": hold.namespace, "name": hold.claim, "host": f"{host_ns}/{host_name}", "changed": False}
+        owner = hold or mark  # a host marked uncleaned whose hold mark is gone: its hold ended, cleaned first
+        entry = {"namespace": owner.namespace, "name": owner.claim, "host": f"{host_ns}/{host_name}", "changed": False}
         updated = reuse.ended(host, now)
         if updated is None:
-            entry.update(state="held", after=hold.seconds_left(now))
-            results.append(entry)
-            continue
-        entry.update(state="hold-ended", changed=True, cleaning=not hold.cleaned)
+            if hold is not None and not hold.ended(now):
+                entry.update(state="held", after=hold.seconds_left(now))
+                results.append(entry)
+            continue  # to be cleaned already: its provisioner takes the marks off
+        entry.update(state="hold-ended", changed=True, cleaning=mark is not None or not hold.cleaned)
         if not run.check_mode:
             try:
                 run.kube.replace(updated)

@@ -323,6 +323,7 @@ def plan(
     now=None,
     spread: dict | None = None,
     firmware_allowed: dict | None = None,
+    namespace_uid: str = "",
 ) -> Plan:
     """Decide for one claim, given every host the caller can see, the namespaces policies admit it to, the
     labels of the claim's namespace (its tenant: a host reserved for other tenants is never a candidate; its
@@ -330,7 +331,8 @@ def plan(
     verdicts of its tenant's blocking CLAIM_BOUND hooks, its host pools' selectors), and the lease caps of the
     admitted infra namespaces (lease.caps; None: no cap anywhere) with the run's time (a datetime), and for a member
     of a set that spreads its claims, spread_counts (its candidates ranked by the set's hosts in their domain), and
-    the firmware settings the admitted infra namespaces allow (firmware.allowances). A binder planning a batch passes
+    the firmware settings the admitted infra namespaces allow (firmware.allowances), and the uid of the claim's
+    namespace (a node-reuse hold is for one namespace object: "" takes no held host). A binder planning a batch passes
     the hosts as one HostIndex, kept current with what it takes (put)."""
     index = hosts if isinstance(hosts, HostIndex) else HostIndex(hosts)
     spec = claim.get("spec") or {}
@@ -430,7 +432,10 @@ def plan(
 
     def may_take(h: dict) -> bool:
         return (key(h) == key(booked_host) if booked_host is not None else bookable(h)) and (
-            reuse.hold_of(h) is None if now is None else reuse.may_take(h, claim, now)  # node reuse: held hosts
+            # node reuse: held hosts, and hosts whose disks were kept for a namespace
+            reuse.hold_of(h) is None and reuse.uncleaned_of(h) is None
+            if now is None
+            else reuse.may_take(h, claim, now, namespace_uid)
         )
 
     counts, label = (spread or {}).get("counts") or {}, (spread or {}).get("label")
@@ -438,7 +443,7 @@ def plan(
 
     def preference(h: dict) -> tuple:
         return (
-            0 if now is not None and reuse.preferred(h, claim, now) else 1,  # the host held for this claim first
+            0 if now is not None and reuse.preferred(h, claim, now, namespace_uid) else 1,  # held for it: first
             0 if domain and failure_domain(h) == domain else 1,
             counts.get(((h.get("metadata") or {}).get("labels") or {}).get(label, ""), 0) if label else 0,
             0 if warm_first and is_warm(h) else 1,  # the tenant's placement first, then a warm host (a faster deploy)

@@ -239,9 +239,13 @@ def bookable(host: dict) -> bool:
 
 def held_for_reuse(host: dict, claim: dict | None, now: datetime.datetime) -> Window | None:
     """When a node-reuse hold (_claims/pure/reuse.py) keeps the host from `claim`: [now, the hold's end), unless the
-    claim is one the hold waits for (its namespace and key). None: no hold, or the claim's own."""
+    claim is one the hold waits for (its namespace and key). None: no hold, or the claim's own. A booking never takes
+    a held host whose uncleaned disks are kept for a namespace object: which one the claim's namespace is, is the
+    bind step's to check (reuse.may_take), not this one's."""
     hold = reuse.hold_of(host)
-    if hold is None or (claim is not None and reuse.may_take(host, claim, now)):
+    if hold is None:
+        return None
+    if claim is not None and reuse.uncleaned_of(host) is None and reuse.may_take(host, claim, now, hold.namespace_uid):
         return None
     return Window(now, max(now, hold.until))
 

@@ -17,6 +17,12 @@ namespace with that key binds it, before any other host; at the hold's end the m
 at once, one not cleaned is marked in use (metal3.IN_USE_ANNOTATION) so that its provisioner deprovisions it with
 cleaning before anyone binds it.
 
+Holds and the namespace object (issue 40): a hold names the namespace's uid as well as its name, so a namespace
+deleted and created again under that name (or another tenant's child namespace of the same name) never inherits the
+host. A host released uncleaned also carries metal3.UNCLEANED_ANNOTATION, which the claim side may add but never
+change or remove and which only a cleaning takes off: however the hold ends (its time, its mark removed or broken by
+hand), the host is cleaned before any claim but the hold's own binds it.
+
 Every decision takes the run's time (``now``): no clock here.
 """
 
@@ -102,11 +108,13 @@ class Hold:
     claim: str
     until: datetime.datetime
     cleaned: bool
+    namespace_uid: str = ""  # the namespace object's: "" (a mark without one) matches no namespace
 
     def encoded(self) -> str:
         return json.dumps(
             {
                 "namespace": self.namespace,
+                "namespaceUID": self.namespace_uid,
                 "key": self.key,
                 "claim": self.claim,
                 "until": lease.format_time(self.until),
@@ -136,9 +144,40 @@ def hold_of(host: dict) -> Hold | None:
             str(data.get("claim", "")),
             lease.parse_time(data["until"]),
             data.get("cleaned") is True,
+            str(data.get("namespaceUID") or ""),
         )
     except (ValueError, TypeError, KeyError, AttributeError, lease.LeaseError):
         return Hold("", "", "", datetime.datetime.min.replace(tzinfo=datetime.timezone.utc), False)
+
+
+@dataclass(frozen=True)
+class Uncleaned:
+    """A host's uncleaned mark: released with its disks kept for the claims of one namespace object."""
+
+    namespace: str
+    namespace_uid: str
+    claim: str
+    since: str
+
+    def encoded(self) -> str:
+        return json.dumps(
+            {"namespace": self.namespace, "namespaceUID": self.namespace_uid, "claim": self.claim, "since": self.since},
+            sort_keys=True,
+        )
+
+
+def uncleaned_of(host: dict) -> Uncleaned | None:
+    """The host's uncleaned mark, or None. One that cannot be read is a mark for nobody (fail closed)."""
+    text = ((host.get("metadata") or {}).get("annotations") or {}).get(metal3.UNCLEANED_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+        return Uncleaned(
+            str(data["namespace"]), str(data["namespaceUID"]), str(data.get("claim", "")), str(data.get("since", ""))
+        )
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return Uncleaned("", "", "", "")
 
 
 def to_hold(claim: dict, offer: Offer | None) -> Offer | None:
@@ -151,12 +190,13 @@ def to_hold(claim: dict, offer: Offer | None) -> Offer | None:
     return offer if key is not None else None
 
 
-def scrubbed(host: dict, offer: Offer | None, claim: dict, now: datetime.datetime) -> dict:
+def scrubbed(host: dict, offer: Offer | None, claim: dict, now: datetime.datetime, namespace_uid: str) -> dict:
     """The release scrub (release.scrubbed_spec's result) for a host to be held: no cleaning when the offer says so.
     Not cleaned, it is marked held uncleaned for the claim in the same write (the mark held() then writes at the
-    give-back, its end counted from there): the host-fields guard lets the claim side disable cleaning only so, and
-    every way a hold ends cleans a host so marked (ended()). A mark already saying so for the claim is kept: the next
-    run writes nothing."""
+    give-back, its end counted from there), and marked uncleaned for the claim's namespace object (a mark already
+    there, for it, is kept as it is: the claim side never changes one): the host-fields guard lets the claim side
+    disable cleaning only so, and every way a hold ends cleans a host so marked (ended()). Marks already saying so
+    for the claim are kept: the next run writes nothing. `namespace_uid`: the claim's namespace's."""
     if offer is None or offer.clean:
         return host
     held = copy.deepcopy(host)
@@ -164,19 +204,38 @@ def scrubbed(host: dict, offer: Offer | None, claim: dict, now: datetime.datetim
     meta = claim["metadata"]
     mine = (meta["namespace"], reuse_key(claim), meta["name"])
     mark = hold_of(host)
-    if mark is None or mark.cleaned or (mark.namespace, mark.key, mark.claim) != mine:
-        mark = Hold(*mine, now + datetime.timedelta(seconds=offer.hold), False)
-        annotations = held["metadata"].get("annotations") or {}
-        held["metadata"]["annotations"] = {**annotations, HOLD_ANNOTATION: mark.encoded()}
+    annotations = dict(held["metadata"].get("annotations") or {})
+    if (
+        mark is None
+        or mark.cleaned
+        or (mark.namespace, mark.key, mark.claim, mark.namespace_uid)
+        != (
+            *mine,
+            namespace_uid,
+        )
+    ):
+        mark = Hold(*mine, now + datetime.timedelta(seconds=offer.hold), False, namespace_uid)
+        annotations[HOLD_ANNOTATION] = mark.encoded()
+    if metal3.UNCLEANED_ANNOTATION not in annotations:
+        since = lease.format_time(now)
+        annotations[metal3.UNCLEANED_ANNOTATION] = Uncleaned(
+            meta["namespace"], namespace_uid, meta["name"], since
+        ).encoded()
+    held["metadata"]["annotations"] = annotations
     return held
 
 
-def held(released: dict, claim: dict, offer: Offer, now: datetime.datetime) -> tuple[dict, Hold]:
-    """The released host (consumerRef cleared) marked held for the claim's namespace and key from `now`."""
+def held(released: dict, claim: dict, offer: Offer, now: datetime.datetime, namespace_uid: str) -> tuple[dict, Hold]:
+    """The released host (consumerRef cleared) marked held for the claim's namespace (its uid) and key from `now`."""
     meta = claim["metadata"]
-    cleaned = (released.get("spec") or {}).get("automatedCleaningMode") != "disabled"
+    cleaned = (released.get("spec") or {}).get("automatedCleaningMode") != "disabled" and uncleaned_of(released) is None
     hold = Hold(
-        meta["namespace"], reuse_key(claim), meta["name"], now + datetime.timedelta(seconds=offer.hold), cleaned
+        meta["namespace"],
+        reuse_key(claim),
+        meta["name"],
+        now + datetime.timedelta(seconds=offer.hold),
+        cleaned,
+        namespace_uid,
     )
     marked = copy.deepcopy(released)
     marked["metadata"].setdefault("annotations", {})
@@ -184,24 +243,31 @@ def held(released: dict, claim: dict, offer: Offer, now: datetime.datetime) -> t
     return marked, hold
 
 
-def may_take(host: dict, claim: dict, now: datetime.datetime) -> bool:
+def may_take(host: dict, claim: dict, now: datetime.datetime, namespace_uid: str) -> bool:
     """Whether the claim may bind the host as far as holds go: a host held (its hold not yet ended) only by a claim
-    of the hold's namespace with its key; a host whose hold ended by nobody until the mark is gone."""
+    of the hold's namespace object (name and uid: `namespace_uid` is the claim's namespace's) with its key; a host
+    whose hold ended by nobody until the mark is gone; a host marked uncleaned by nobody but such a claim of the
+    mark's namespace object, and by nobody at all once its hold is gone (it is cleaned first: ended())."""
     hold = hold_of(host)
+    mark = uncleaned_of(host)
     if hold is None:
-        return True
+        return mark is None
     if hold.ended(now):
         return False
     try:
         key = reuse_key(claim)
     except ReuseError:
         return False
-    return key is not None and (claim["metadata"].get("namespace"), key) == (hold.namespace, hold.key)
+    if key is None or (claim["metadata"].get("namespace"), key) != (hold.namespace, hold.key):
+        return False
+    if not hold.namespace_uid or hold.namespace_uid != namespace_uid:
+        return False
+    return mark is None or mark.namespace_uid == namespace_uid
 
 
-def preferred(host: dict, claim: dict, now: datetime.datetime) -> bool:
+def preferred(host: dict, claim: dict, now: datetime.datetime, namespace_uid: str) -> bool:
     """Whether the host is held for this claim (the binder tries it before any other)."""
-    return hold_of(host) is not None and may_take(host, claim, now)
+    return hold_of(host) is not None and may_take(host, claim, now, namespace_uid)
 
 
 def taken(host: dict) -> dict:
@@ -214,22 +280,24 @@ def taken(host: dict) -> dict:
 
 
 def ended(host: dict, now: datetime.datetime) -> dict | None:
-    """The host as the end of its hold writes it, or None while it holds (or has no mark). Its mark goes; not
-    cleaned before the hold, it is marked in use (as its provisioner marks a host that ran a consumer's OS) with
-    cleaning asked, so it is deprovisioned and cleaned before anyone binds it."""
+    """The host as the end of its hold writes it, or None while it holds (or has no mark, or is already so). Its
+    hold mark goes; not cleaned before the hold (the hold says so, or the host is marked uncleaned: say, its hold
+    mark was removed by hand), it is marked in use (as its provisioner marks a host that ran a consumer's OS) with
+    cleaning asked, so it is deprovisioned and cleaned before anyone binds it. Not for a consumed host."""
     hold = hold_of(host)
-    if hold is None or not hold.ended(now):
+    mark = uncleaned_of(host)
+    if (hold is None and mark is None) or (hold is not None and not hold.ended(now)):
         return None
     updated = copy.deepcopy(host)
     annotations = updated["metadata"]["annotations"]
-    del annotations[HOLD_ANNOTATION]
-    if not hold.cleaned:
+    annotations.pop(HOLD_ANNOTATION, None)
+    if mark is not None or (hold is not None and not hold.cleaned):
         updated["spec"]["automatedCleaningMode"] = "metadata"
         annotations.setdefault(
             metal3.IN_USE_ANNOTATION,
             json.dumps({"consumer": "", "since": lease.format_time(now), "why": "node reuse hold ended"}),
         )
-    return updated
+    return None if updated == host else updated
 
 
 def condition(claim: dict, offer: Offer | None, reused: bool) -> tuple[str, str, str, str] | None:

@@ -14,6 +14,11 @@ REBOOT_ANNOTATION = "reboot.metal3.io"
 # image (powered on, {"consumer": uid, "since": time}) and removes the mark only when deprovisioning ends. The claim
 # layer gives no host back (clears no consumerRef) and binds none while it is there.
 IN_USE_ANNOTATION = "provisioner.metalclaim.io/in-use"
+# Ours, read by both sides: the claim side marks a host whose release kept its disks for node reuse
+# ({"namespace", "namespaceUID", "claim", "since"}) and may never change or remove the mark; only the provisioner
+# removes it, at the end of a deprovisioning that wiped the disks. While it is there only a claim of that namespace
+# object (its uid) under a live hold binds the host; any other end of the hold cleans it first.
+UNCLEANED_ANNOTATION = "metalclaim.io/uncleaned"
 # Ours, written by the provisioner only (the claim side may not: config/admission/host_fields_policy.yaml): the host
 # is available and powered on in the deploy system it booted, after a power-off, for its last cleaning, its writer
 # waiting for a job (value: since when). Such a host counts as given back and free although it is on, and the binder

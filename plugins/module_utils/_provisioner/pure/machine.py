@@ -27,6 +27,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
     IN_USE_ANNOTATION,
     PAUSED_ANNOTATION,
     REBOOT_ANNOTATION,
+    UNCLEANED_ANNOTATION,
     WARM_ANNOTATION,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import defaults, firmware, reach
@@ -1087,7 +1088,10 @@ def _deprovisioning(host: dict, observed: dict, ctx: Context) -> Step:
 
 
 def _deprovisioned(host: dict, op: dict, ctx: Context, step: Step, note: str = "") -> Step:
-    """Deprovisioning ends: available, with the Cleaned condition and the history's end."""
+    """Deprovisioning ends: available, with the Cleaned condition and the history's end. Its disks wiped, a host
+    the claim side marked uncleaned (node reuse kept them) loses the mark: only this takes it off."""
+    if op.get("cleaned") and UNCLEANED_ANNOTATION in annotations_of(host):
+        step.annotations[UNCLEANED_ANNOTATION] = None
     step.status["provisioning"] = {"state": AVAILABLE}
     step.status["operationHistory"] = _history(host, "deprovision", end=ctx.now)
     step.status["conditions"] = _cleaned_condition(host, op, ctx)

@@ -347,6 +347,9 @@ def test_the_spread_order_is_each_claims_own_and_the_same_for_two_binders():
     assert len(starts) > 10
 
 
+NAMESPACE_UID = "uid-of-cluster-ns"
+
+
 def test_the_candidates_are_those_of_asking_every_host_with_bookings_holds_and_warm_hosts_about():
     """plan() takes a claim's plain free hosts (no booking, hold or warm mark) in its ring order straight from the
     index, asking only the marked ones. Over random fleets and a batch that takes hosts as it goes, its candidates
@@ -362,6 +365,7 @@ def test_the_candidates_are_those_of_asking_every_host_with_bookings_holds_and_w
         elif kind.startswith("held"):
             until = "2026-05-01T00:00:00Z" if kind == "held-ended" else "2026-07-01T00:00:00Z"
             hold = {"namespace": "cluster-ns", "key": rng.choice(["k1", "k2"]), "claim": "x", "until": until}
+            hold["namespaceUID"] = rng.choice([NAMESPACE_UID, "a namespace of that name before"])
             annotations[reuse.HOLD_ANNOTATION] = json.dumps(hold)
         elif kind.startswith("booked"):
             start = "2026-05-01T00:00:00Z" if kind == "booked" else "2026-09-01T00:00:00Z"
@@ -373,11 +377,11 @@ def test_the_candidates_are_those_of_asking_every_host_with_bookings_holds_and_w
     def asked_every_host(c: dict, index: binding.HostIndex) -> list[str]:
         bookable, rank = booking.may_take(c, now), index.spread_rank(c)
         free = [h for h in index.all() if binding.why_not_free(h) is None and h["metadata"]["labels"] == MEDIUM]
-        eligible = [h for h in free if bookable(h) and reuse.may_take(h, c, now)]
+        eligible = [h for h in free if bookable(h) and reuse.may_take(h, c, now, NAMESPACE_UID)]
         warm_first = binding.wants_disk_image(c)
         eligible.sort(
             key=lambda h: (
-                0 if reuse.preferred(h, c, now) else 1,
+                0 if reuse.preferred(h, c, now, NAMESPACE_UID) else 1,
                 0 if warm_first and binding.is_warm(h) else 1,
                 rank(h),
             )
@@ -397,7 +401,7 @@ def test_the_candidates_are_those_of_asking_every_host_with_bookings_holds_and_w
             if rng.random() < 0.1:
                 spec["lease"] = {"start": "2026-06-01T00:00:00Z"}  # unreadable: it may take no booked host either
             c = claim(name=f"c{i}", uid=rng.choice([f"u{i}", "u1"]), **spec)
-            planned = binding.plan(c, index, ["infrahost"], now=now)
+            planned = binding.plan(c, index, ["infrahost"], now=now, namespace_uid=NAMESPACE_UID)
             expected = asked_every_host(c, index)
             assert names(planned.candidates) == expected, (seed, i)
             if planned.action == "bind" and planned.candidates:

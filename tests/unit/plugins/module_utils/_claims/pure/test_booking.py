@@ -231,7 +231,7 @@ def test_a_passed_window_alone_is_no_reason_to_write_a_host():
 
 def test_a_host_held_for_node_reuse_is_booked_only_by_the_holds_own_claims_while_it_lasts():
     released = claim("released", created=0, nodeReuse={"key": "md-0"})
-    held = reuse.held(host("h1"), released, reuse.Offer(600, True), T0)[0]  # kept until at(600) for t/md-0
+    held = reuse.held(host("h1"), released, reuse.Offer(600, True), T0, "ns-uid-t")[0]  # until at(600), t/md-0
     other = claim("other", start=100, duration=100, created=1)
     planned = booking.plan([other], [held], every([held]), T0)
     assert where(planned) == {"other": ("conflict", None)}  # its window overlaps the hold: never the held host

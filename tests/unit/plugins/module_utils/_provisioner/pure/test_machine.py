@@ -696,3 +696,26 @@ def test_a_writer_at_work_is_polled_unless_its_callback_wakes_the_caller():
     assert (
         m.decide(_writer_at_work(), _booted(), ctx(now=T1, settings=closer)).requeue_after == m.defaults.CALLBACK_POLL
     )
+
+
+def test_only_a_deprovisioning_that_wiped_the_disks_takes_the_uncleaned_mark_off():
+    """Issue 40: the claim side marks a host released with its disks kept (node reuse); nothing but the wipe may end
+    that mark, or the next tenant gets the last one's disks."""
+    mark = json.dumps({"namespace": "t", "namespaceUID": "ns-uid", "claim": "c", "since": T0})
+    idle = {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {}, m.CONFIG_DEVICE: {}}}
+    op = {"kind": "clean", "cleaned": True, "off": T0}
+    wiped = host(
+        m.DEPROVISIONING,
+        status=GOOD,
+        annotations={m.OPERATION_ANNOTATION: json.dumps(op), metal3.UNCLEANED_ANNOTATION: mark},
+    )
+    done = m.decide(wiped, idle, ctx(now=T1))
+    assert done.state == m.AVAILABLE and done.annotations[metal3.UNCLEANED_ANNOTATION] is None
+    kept = host(
+        m.DEPROVISIONING,
+        status=GOOD,
+        automatedCleaningMode="disabled",
+        annotations={metal3.UNCLEANED_ANNOTATION: mark},
+    )
+    done = m.decide(kept, {m.POWER: "Off", m.BOOT: {"target": "None"}, m.MEDIA: {m.CD: {"inserted": False}}}, ctx())
+    assert done.state == m.AVAILABLE and metal3.UNCLEANED_ANNOTATION not in done.annotations
