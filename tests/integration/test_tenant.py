@@ -375,3 +375,36 @@ def test_a_host_pool_selector_narrows_the_tenants_claims_to_the_hosts_it_selects
     assert "tenancy.metalclaim.io/host-pools" not in annotations
     assert step("hostclaim_bind", devenv, tmp_path, rack)["bound"] == 2
     assert rack.read_host("plain-1")["spec"]["consumerRef"]["namespace"] == namespace
+
+
+def test_a_tenants_quota_bounds_its_sets_and_their_members(devenv, clients, tenants, tmp_path):
+    """Issue 40: a set of 1000 replicas was admitted and the claim side made its members with nothing to bound them,
+    nor the number of sets. The Tenant's quota counts both: as the tenant's admin, a second set is refused by the
+    API server, and a set of 1000 gets only the claims the quota allows, saying why."""
+    name = tenants()
+    manifest = tenant_manifest(name, childNamespaces=["w"], quota={"maxHostClaims": 3, "maxHostClaimSets": 1})
+    api(clients, "Tenant", TENANCY).create(body=manifest)
+    assert not onboard(devenv, tmp_path, "onboard", tenancy_names=[name])[RECONCILE]["failed"]
+    namespace = f"{name}-w"
+    quotas = api(clients, "ResourceQuota")
+
+    def counted() -> bool:
+        status = quotas.get(name="metalclaim-tenant", namespace=namespace).to_dict().get("status") or {}
+        wanted = ("count/hostclaims.metal3.io", "count/hostclaimsets.metal3.io")
+        return all(r in (status.get(part) or {}) for r in wanted for part in ("hard", "used"))
+
+    eventually(counted, timeout=90, message="the tenant quota counted")  # kcm discovers new CRDs every 30 s
+    admin = as_user(devenv, "alice", f"{name}-tenant-admin").resources.get(api_version=METAL3, kind="HostClaimSet")
+    big = set_body(namespace, "big")
+    big["spec"]["replicas"] = 1000
+    admin.create(body=big)
+    with pytest.raises(ApiException) as refused:
+        admin.create(body=set_body(namespace, "second"))
+    assert refused.value.status == 403 and "exceeded quota" in refused.value.body
+    claim_side(devenv, clients, tmp_path, "sets", [])
+    claims = api(clients, "HostClaim", METAL3).get(namespace=namespace).items
+    assert len(claims) == 3
+    status = api(clients, "HostClaimSet", METAL3).get(name="big", namespace=namespace).to_dict()["status"]
+    scaled = next(c for c in status["conditions"] if c["type"] == "Scaled")
+    assert (scaled["status"], scaled["reason"]) == ("False", "CreateRefused"), scaled
+    assert "exceeded quota" in scaled["message"]

@@ -51,6 +51,9 @@ CLAIM_SIDE_CLUSTER_ROLE = "metalclaim-tenant-secrets-reader"
 CLAIM_SIDE_BINDING = "metalclaim-tenant-secrets-reader"
 QUOTA_NAME = "metalclaim-tenant"
 QUOTA_RESOURCE = "count/hostclaims.metal3.io"
+SET_QUOTA_RESOURCE = "count/hostclaimsets.metal3.io"
+# quota field -> the ResourceQuota resource counting it in each child namespace (the API server enforces it).
+QUOTA_RESOURCES = {"maxHostClaims": QUOTA_RESOURCE, "maxHostClaimSets": SET_QUOTA_RESOURCE}
 POLICY_PREFIX = "tenant-"
 ADMIN_GROUP_SUFFIX = "-tenant-admin"
 
@@ -205,7 +208,7 @@ def validate(tenant: dict, required_prefix: str = "") -> list[Problem]:
         if not namespace or not host:
             field = f"spec.exclusiveHosts.hosts[{index}]"
             problems.append(Problem(field, INVALID_FIELD, f"{field}: namespace and name are required"))
-    for limit in ("maxHostClaims", "maxBoundHosts"):
+    for limit in (*QUOTA_RESOURCES, "maxBoundHosts"):
         maximum = (spec(tenant).get("quota") or {}).get(limit)
         if maximum is not None and (isinstance(maximum, bool) or not isinstance(maximum, int) or maximum < 0):
             field = f"spec.quota.{limit}"
@@ -282,14 +285,17 @@ def desired_objects(tenant: dict, claim_side_subjects: list[dict]) -> list[dict]
             objects.append(
                 _role_binding(tenant, CLAIM_SIDE_BINDING, namespace, CLAIM_SIDE_CLUSTER_ROLE, claim_side_subjects)
             )
-        maximum = (spec(tenant).get("quota") or {}).get("maxHostClaims")
-        if maximum is not None:
+        quota = spec(tenant).get("quota") or {}
+        hard = {
+            resource: str(quota[limit]) for limit, resource in QUOTA_RESOURCES.items() if quota.get(limit) is not None
+        }
+        if hard:
             objects.append(
                 {
                     "apiVersion": "v1",
                     "kind": "ResourceQuota",
                     "metadata": _meta(tenant, QUOTA_NAME, namespace),
-                    "spec": {"hard": {QUOTA_RESOURCE: str(maximum)}},
+                    "spec": {"hard": hard},
                 }
             )
     for pool in spec(tenant).get("hostPools") or []:

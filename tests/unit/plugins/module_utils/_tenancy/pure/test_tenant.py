@@ -42,6 +42,26 @@ def test_invalid_names_are_refused_naming_the_field():
     assert [p.field for p in children] == [f"spec.childNamespaces[{i}]" for i in (1, 2, 3)]
     assert plan.validate(tenant(quota={"maxHostClaims": -1}))[0].field == "spec.quota.maxHostClaims"
     assert plan.validate(tenant(quota={"maxBoundHosts": True}))[0].field == "spec.quota.maxBoundHosts"
+    assert plan.validate(tenant(quota={"maxHostClaimSets": "2"}))[0].field == "spec.quota.maxHostClaimSets"
+
+
+def test_the_quota_counts_claims_and_sets_as_the_tenant_asks():
+    """Issue 40: a set of 1000 replicas was admitted and nothing bounded sets per tenant."""
+
+    def hard(quota: dict) -> dict | None:
+        found = [
+            o
+            for o in plan.desired_objects(tenant(childNamespaces=["a"], quota=quota), [])
+            if o["kind"] == "ResourceQuota"
+        ]
+        return found[0]["spec"]["hard"] if found else None
+
+    assert hard({"maxHostClaims": 4, "maxHostClaimSets": 1}) == {
+        "count/hostclaims.metal3.io": "4",
+        "count/hostclaimsets.metal3.io": "1",
+    }
+    assert hard({"maxHostClaimSets": 0}) == {"count/hostclaimsets.metal3.io": "0"}
+    assert hard({"maxBoundHosts": 3}) is None
 
 
 def test_desired_objects_are_labelled_and_named_after_the_tenant():
