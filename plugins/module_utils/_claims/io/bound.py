@@ -171,9 +171,16 @@ def _sync_one(run, claim: dict, host: dict, parts, policies: list, labels: dict)
 def _firmware(run, claim: dict, host: dict, sync, allowances: dict) -> tuple[dict | None, dict] | None:
     """The claim's firmware settings for its host: (HostFirmwareSettings before, after) to write, or None; what the
     provisioner read back goes into the claim's status (sync.updates). Settings the host's policies no longer allow
-    are left out, and said (sync.failures). A claim that never asked costs no request."""
+    are left out, and said (sync.failures). A claim that never asked costs no request, but when its host is about
+    to get its image: settings left in the host's HostFirmwareSettings by someone else are emptied then (issue 40:
+    the provisioner applies only what the claim asks, and would refuse to provision with them)."""
     if not firmware.involved(claim):
-        return None
+        if not firmware.image_coming(host, sync.host_spec):
+            return None
+        host_ns, host_name = binding.key(host)
+        hfs = run.kube.get(API_VERSION, FIRMWARE_SETTINGS_KIND, host_name, host_ns)
+        after = firmware.desired(hfs, host, {})
+        return None if after is None else (hfs, after)
     host_ns, host_name = binding.key(host)
     settings = firmware.asked(claim)
     allowed = allowances.get(host_ns) or {}

@@ -96,6 +96,13 @@ def read_back(hfs: dict | None, settings: dict) -> dict:
     return {name: str(read[name]) for name in sorted(settings) if name in read}
 
 
+def image_coming(host: dict, host_spec: dict | None) -> bool:
+    """Whether the sync gives the host an image it does not have yet (host_spec: the host's spec as the sync writes
+    it): the one moment the HostFirmwareSettings of a claim that asks for nothing is looked at."""
+    image = (host_spec or {}).get("image")
+    return bool(image) and image != (host.get("spec") or {}).get("image")
+
+
 def involved(claim: dict | None) -> bool:
     """Whether the claim has, or had, settings on its host (a host with no claim: unknown, so yes)."""
     if claim is None:

@@ -626,8 +626,8 @@ def _firmware(kube, host: dict, bmc: _Bmc | None) -> dict:
     hfs = kube.get(API_VERSION, FIRMWARE_SETTINGS_KIND, name, namespace)
     found = {"hfs": hfs, "current": None, "pending": None}
     if firmware.wanted(hfs):
-        found["allowed"] = _allowed_firmware(kube, host)
-    if not firmware.needs_bios(host, hfs, found.get("allowed")):
+        found["allowed"], found["claimed"] = _consumer_firmware(kube, host)
+    if not firmware.needs_bios(host, hfs, found.get("allowed"), found.get("claimed")):
         return found
     if bmc is None:
         raise _no_connection()
@@ -640,19 +640,25 @@ def _firmware(kube, host: dict, bmc: _Bmc | None) -> dict:
     return found
 
 
-def _allowed_firmware(kube, host: dict) -> dict:
-    """{attribute: values} the HostDeployPolicies of the host's namespace allow for the namespace of the HostClaim
-    holding it ({} when no HostClaim does, or its namespace is gone)."""
+def _consumer_firmware(kube, host: dict) -> tuple[dict, dict]:
+    """({attribute: values} the HostDeployPolicies of the host's namespace allow for the namespace of the HostClaim
+    holding it, {attribute: value} that claim asks for in spec.firmware.settings); both {} when no HostClaim holds
+    it (or it, or its namespace, is gone: a claim of that name with another uid is not the consumer)."""
     ref = (host.get("spec") or {}).get("consumerRef") or {}
-    if ref.get("kind") != "HostClaim" or not ref.get("namespace"):
-        return {}
+    if ref.get("kind") != "HostClaim" or not ref.get("namespace") or not ref.get("name"):
+        return {}, {}
+    claim = kube.get(API_VERSION, "HostClaim", ref["name"], ref["namespace"])
+    if claim is None or (ref.get("uid") and claim["metadata"].get("uid") != ref["uid"]):
+        return {}, {}
     claims_namespace = kube.get("v1", "Namespace", ref["namespace"])
     if claims_namespace is None:
-        return {}
+        return {}, {}
     policies = kube.list(API_VERSION, "HostDeployPolicy", namespace=host["metadata"]["namespace"])
     labels = claims_namespace["metadata"].get("labels") or {}
     _authorized, decisions = evaluate_policies(policies, ref["namespace"], labels)
-    return allowances(policies, decisions).get(host["metadata"]["namespace"], {})
+    allowed = allowances(policies, decisions).get(host["metadata"]["namespace"], {})
+    claimed = ((claim.get("spec") or {}).get("firmware") or {}).get("settings") or {}
+    return allowed, {str(name): firmware.as_text(value) for name, value in claimed.items()}
 
 
 def _callback(options: Options, token: str) -> dict | None:

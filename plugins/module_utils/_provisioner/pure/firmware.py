@@ -73,11 +73,22 @@ def baseline(host: dict) -> dict:
     return {str(k): as_text(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
-def needs_bios(host: dict, hfs: dict | None, allowed: dict | None = None) -> bool:
-    """Whether the BIOS must be read: something is asked for (and, given `allowed`, every setting allowed) or still
-    to be put back. Otherwise firmware costs no Redfish request (and BMCs without BIOS support work as before); a
-    refused setting is refused before any BIOS read."""
+def for_consumer(allowed: dict | None, claimed: dict | None) -> dict | None:
+    """{attribute: values} the provisioner may apply: the settings the consumer HostClaim asks for (claimed:
+    its spec.firmware.settings; None: not known, `allowed` alone) that the policies allow it (`allowed`). Issue 40:
+    a setting someone else left or wrote in the HostFirmwareSettings is applied to no claim that did not ask for it,
+    even one a policy allows."""
+    if claimed is None or allowed is None:
+        return allowed
+    return {name: {value} for name, value in claimed.items() if value in allowed.get(name, ())}
+
+
+def needs_bios(host: dict, hfs: dict | None, allowed: dict | None = None, claimed: dict | None = None) -> bool:
+    """Whether the BIOS must be read: something is asked for (and, given `allowed`, every setting allowed and, given
+    `claimed`, asked for by the consumer) or still to be put back. Otherwise firmware costs no Redfish request (and
+    BMCs without BIOS support work as before); a refused setting is refused before any BIOS read."""
     asked = wanted(hfs)
+    allowed = for_consumer(allowed, claimed)
     return bool(baseline(host)) or (bool(asked) and (allowed is None or refused(asked, allowed) is None))
 
 
@@ -86,12 +97,16 @@ def provisioning(host: dict, observed: dict | None, now: str) -> Plan:
     attributes changed for an earlier consumer and not asked for now."""
     observed = observed or {}
     asked = wanted(observed.get("hfs"))
-    refusal = refused(asked, observed.get("allowed") or {}) if asked else None
+    policies_allow = observed.get("allowed") or {}
+    claimed = observed.get("claimed")
+    refusal = refused(asked, for_consumer(policies_allow, claimed) or {}) if asked else None
     if refusal is not None:
         name, value = refusal
-        problem = (
-            f"firmware setting {name}={value}: no HostDeployPolicy of this namespace allows it for the host's consumer"
-        )
+        if refused({name: value}, policies_allow) is None:  # allowed, but the consumer never asked for it
+            why = "the HostClaim holding the host does not ask for it (spec.firmware.settings)"
+        else:
+            why = "no HostDeployPolicy of this namespace allows it for the host's consumer"
+        problem = f"firmware setting {name}={value}: {why}"
         return Plan(problem=problem, status=_status(observed.get("hfs"), None, asked, problem, now))
     return _converge(host, observed, {**baseline(host), **asked}, asked, now, restoring=False)
 

@@ -176,3 +176,21 @@ def test_a_setting_no_policy_allows_for_the_hosts_consumer_is_refused_before_any
     step = m.decide(host(m.PROVISIONING), observed(seen(written, allowed={})), ctx())
     assert step.status["errorType"] == m.PROVISIONING_ERROR and "HttpBootUri" in step.status["errorMessage"]
     assert not [a for a in step.actions if a[0] in ("bios", "power", "insert")]
+
+
+def test_an_allowed_setting_the_consumer_did_not_ask_for_is_refused_before_any_bios_read():
+    """Issue 40: a setting a policy allows, left in the HostFirmwareSettings by someone else (or written there by
+    the claim side's token), was applied to a claim that asked for nothing. Only what the consumer HostClaim asks
+    for is applied: asked and allowed goes on, allowed but unasked is refused, naming why."""
+    written = {"ProcVirtualization": "Enabled"}
+    allowed = {"ProcVirtualization": {"Enabled", "Disabled"}}
+    for claimed in ({}, {"ProcVirtualization": "Disabled"}):
+        observed_fw = {**seen(written, current=None, allowed=allowed), "claimed": claimed}
+        plan = fw.provisioning(host(m.PROVISIONING), observed_fw, T0)
+        assert plan.actions == [] and "does not ask for it" in plan.problem, claimed
+        assert not fw.needs_bios(host(m.PROVISIONING), hfs(written), allowed, claimed)
+    asked = {**seen(written, allowed=allowed), "claimed": dict(written)}
+    assert not fw.provisioning(host(m.PROVISIONING), asked, T0).problem  # applied: the baseline first
+    assert fw.needs_bios(host(m.PROVISIONING), hfs(written), allowed, dict(written))
+    refused = {**seen(written, current=None, allowed={}), "claimed": dict(written)}  # asked, not allowed: the policy
+    assert "no HostDeployPolicy" in fw.provisioning(host(m.PROVISIONING), refused, T0).problem
