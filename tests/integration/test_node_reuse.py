@@ -43,8 +43,8 @@ def controller(devenv, rack, tmp_path):
     process.stop()
 
 
-def reuse_policy(rack, hold: str | None = "1h", clean: bool | None = None) -> None:
-    spec: dict = {"hostclaimNamespaces": {}}
+def reuse_policy(rack, hold: str | None = "1h", clean: bool | None = None, **fields) -> None:
+    spec: dict = {"hostclaimNamespaces": {}, **fields}
     if hold is not None:
         spec["nodeReuse"] = {"maxHoldDuration": hold}
         if clean is not None:
@@ -219,6 +219,29 @@ def test_a_lease_end_holds_the_host_for_the_key(controller, rack):
     rack.claim("c2", nodeReuse={"key": "cp"})  # two hosts free to it: the held one wins
     eventually(lambda: associated(rack, "c2"), timeout=REACTION, message=f"c2 bound\n{controller.output()}")
     assert bound_to(rack, "c2") == first
+
+
+def test_a_lease_end_where_leases_are_capped_returns_the_host_to_the_pool(controller, rack):
+    """Issue 40: a lease ending into a hold, then the next leased claim with the key taking it, and so on, kept one
+    host from the pool past maxLeaseDuration for ever. Where leases are capped, no hold: another tenant gets it."""
+    reuse_policy(rack, hold="1h", maxLeaseDuration="1h")
+    rack.host("h1")
+    rack.claim("c1", nodeReuse={"key": "cp"}, lease={"duration": "4s"})
+    eventually(lambda: associated(rack, "c1"), timeout=REACTION, message=f"c1 bound\n{controller.output()}")
+    said = condition(rack, "c1", "NodeReuse")
+    assert (said["status"], said["reason"]) == ("False", "NodeReuseNotOffered") and "maxLeaseDuration" in said[
+        "message"
+    ]
+    eventually(
+        lambda: condition(rack, "c1", "Lease").get("reason") == "LeaseExpired",
+        timeout=REACTION,
+        message=f"c1 expired\n{controller.output()}",
+    )
+    rack.claim("other", namespace=TENANT_B, identity="tenant-b", lease={"duration": "1h"})  # no key
+    eventually(
+        lambda: associated(rack, "other", TENANT_B), timeout=REACTION, message=f"other bound\n{controller.output()}"
+    )
+    assert hold_of(rack, "h1") is None
 
 
 def test_a_policy_without_node_reuse_binds_normally_and_holds_nothing(controller, rack):

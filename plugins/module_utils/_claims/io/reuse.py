@@ -16,20 +16,27 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.io.ru
     namespace_labels,
     namespace_metadata,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, reuse
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import binding, lease, reuse
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.io.kube import ConflictError
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.policy import evaluate_policies
 
 
-def offer_for(run, claim: dict, infra_namespace: str) -> reuse.Offer | None:
-    """What the policies of `infra_namespace` offer the claim's namespace (None: no reuse there). Lists read once
-    per run (the run's client keeps them)."""
+def offer_and_cap(run, claim: dict, infra_namespace: str) -> tuple[reuse.Offer | None, int | None]:
+    """(what the policies of `infra_namespace` offer the claim's namespace, None where leases are capped for it
+    there; that lease cap, None for none). Lists read once per run (the run's client keeps them)."""
     namespace = claim["metadata"]["namespace"]
     policies = run.kube.list(API_VERSION, "HostDeployPolicy")
-    _authorized, decisions = evaluate_policies(policies, namespace, namespace_labels(run.kube).get(namespace, {}))
-    return reuse.offers(policies, decisions).get(infra_namespace)
+    labels = namespace_labels(run.kube).get(namespace, {})
+    _authorized, decisions = evaluate_policies(policies, namespace, labels)
+    cap = lease.with_tenant_cap(lease.caps(policies, decisions), labels).get(infra_namespace)
+    return reuse.under_lease_cap(reuse.offers(policies, decisions).get(infra_namespace), cap), cap
+
+
+def offer_for(run, claim: dict, infra_namespace: str) -> reuse.Offer | None:
+    """What the policies of `infra_namespace` offer the claim's namespace (None: no reuse there)."""
+    return offer_and_cap(run, claim, infra_namespace)[0]
 
 
 def namespace_uid(run, claim: dict) -> str:
@@ -63,7 +70,8 @@ def condition(run, claim: dict, host: dict, took_held: bool) -> tuple | None:
     if not asks:
         return (reuse.NODE_REUSE, None, "", "") if previous else None
     reused = took_held or previous.get("reason") == reuse.REUSED_HOST
-    return reuse.condition(claim, offer_for(run, claim, binding.key(host)[0]), reused)
+    offer, cap = offer_and_cap(run, claim, binding.key(host)[0])
+    return reuse.condition(claim, offer, reused, capped=cap is not None)
 
 
 def end_holds(run, hosts: list[dict]) -> list[dict]:

@@ -300,15 +300,31 @@ def ended(host: dict, now: datetime.datetime) -> dict | None:
     return None if updated == host else updated
 
 
-def condition(claim: dict, offer: Offer | None, reused: bool) -> tuple[str, str, str, str] | None:
+def under_lease_cap(offer: Offer | None, cap: int | None) -> Offer | None:
+    """The offer where leases are capped for the claim's namespace (cap: lease.with_tenant_cap's, None: no cap):
+    none. Issue 40: a lease ending into a hold, taken by the next leased claim with the key, and so on, kept one
+    host past maxLeaseDuration for ever; where leases are capped, a released host returns to the pool."""
+    return None if cap is not None else offer
+
+
+def condition(claim: dict, offer: Offer | None, reused: bool, capped: bool = False) -> tuple[str, str, str, str] | None:
     """A bound claim's NodeReuse condition (None: it asks for no reuse). `offer`: what its host's namespace offers
-    its namespace; `reused`: its host was held for it. Tenants read it: never a host's name or namespace."""
+    its namespace; `reused`: its host was held for it; `capped`: leases are capped for its namespace there (so no
+    reuse is offered). Tenants read it: never a host's name or namespace."""
     try:
         key = reuse_key(claim)
     except ReuseError as error:
         return (NODE_REUSE, "False", REUSE_INVALID, f"{error}: the host returns to the pool at release")
     if key is None:
         return None
+    if offer is None and capped:
+        return (
+            NODE_REUSE,
+            "False",
+            REUSE_NOT_OFFERED,
+            "leases are capped for this namespace on this claim's host (maxLeaseDuration): node reuse is not offered "
+            "where they are, and the host returns to the pool at release",
+        )
     if offer is None:
         return (
             NODE_REUSE,

@@ -252,3 +252,14 @@ def test_the_uncleaned_mark_outlives_the_hold_and_only_cleaning_ends_it():
     broken = host(annotations={UNCLEANED_ANNOTATION: "{"})
     assert not reuse.may_take(broken, claim("c2", key=None), at(5), T_UID)
     assert reuse.may_take(host(), claim("c2", key=None), at(5), T_UID)
+
+
+def test_where_leases_are_capped_no_reuse_is_offered_and_the_condition_says_why():
+    """Issue 40: a lease ending into a hold, taken by the next leased claim with the key, kept a host past
+    maxLeaseDuration one claim at a time. Where leases are capped for the namespace, the host returns to the pool."""
+    offer = reuse.Offer(600, True)
+    assert reuse.under_lease_cap(offer, None) == offer
+    assert reuse.under_lease_cap(offer, 3600) is None
+    said = reuse.condition(claim(), None, reused=False, capped=True)
+    assert said[:3] == (reuse.NODE_REUSE, "False", reuse.REUSE_NOT_OFFERED)
+    assert "maxLeaseDuration" in said[3] and "infra" not in said[3]
