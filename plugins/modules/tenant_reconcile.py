@@ -15,7 +15,8 @@ description:
     Secrets, Events of that namespace only), a RoleBinding giving the claim side (O(claim_side_subjects)) read
     access to the Secrets claims reference, a ResourceQuota C(count/hostclaims.metal3.io) and
     C(count/hostclaimsets.metal3.io) when C(spec.quota.maxHostClaims) or C(maxHostClaimSets) is set, a
-    HostDeployPolicy C(tenant-<tenantName>) in each host pool's namespace naming the child namespaces, and the
+    HostDeployPolicy C(tenant-<tenantName>) in each host pool's namespace naming the child namespaces (and requiring
+    their label C(tenancy.metalclaim.io/tenant=<tenantName>)), and the
     C(tenancy.metalclaim.io/reserved-for) annotation on each exclusive host.
   - Every object it makes carries the label C(tenancy.metalclaim.io/tenant=<tenantName>); an object of a name it
     wants without that label (a namespace or policy made by hand, or another tenant's) is never taken over. The

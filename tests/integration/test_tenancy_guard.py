@@ -13,6 +13,7 @@ import uuid
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from metalclaim_dev.claimlayer import step
 from metalclaim_dev.tenancy import RBAC, tenancy_rights
 
 pytestmark = pytest.mark.integration
@@ -128,7 +129,7 @@ def test_what_onboarding_makes_goes_through_and_stays_its_tenants(tenancy_side, 
         "apiVersion": METAL3,
         "kind": "HostDeployPolicy",
         "metadata": {"name": "tenant-t1", "namespace": rack.namespace, "labels": {TENANT_LABEL: "t1"}},
-        "spec": {"hostclaimNamespaces": {"names": [home]}},
+        "spec": {"hostclaimNamespaces": {"names": [home], "hasLabels": [{"name": TENANT_LABEL, "value": "t1"}]}},
     }
     policies.create(body=policy)
     refused(lambda: policies.create(body=dict(policy, metadata={"name": "handmade", "namespace": rack.namespace})))
@@ -155,6 +156,7 @@ def test_a_stolen_tenancy_token_cannot_open_an_infra_namespace_with_a_labelled_p
         "every namespace": {"hostclaimNamespaces": {"nameMatches": ".*"}},
         "every labelled namespace": {"hostclaimNamespaces": {"hasLabels": [{"name": TENANT_LABEL}]}},
         "another tenant's namespace": {"hostclaimNamespaces": {"names": [home, "t2-home"]}},
+        "names alone (any namespace of the prefix)": {"hostclaimNamespaces": {"names": [home]}},
         "firmware allowances": {
             "hostclaimNamespaces": {"names": [home]},
             "firmware": {"allowedSettings": [{"name": "HttpBootUri", "values": ["http://10.9.9.9/evil.efi"]}]},
@@ -169,8 +171,43 @@ def test_a_stolen_tenancy_token_cannot_open_an_infra_namespace_with_a_labelled_p
         message = refused(lambda spec=spec: policies.create(body=labelled(spec)))
         assert "only as onboarding does" in message, (what, message)
     # What onboarding writes goes through, and cannot be widened afterwards.
-    policies.create(body=labelled({"hostclaimNamespaces": {"names": [home]}}))
+    onboarding = {"names": [home], "hasLabels": [{"name": TENANT_LABEL, "value": "t1"}]}
+    policies.create(body=labelled({"hostclaimNamespaces": onboarding}))
     stored = policies.get(name="tenant-t1", namespace=rack.namespace).to_dict()
     stored["spec"]["hostclaimNamespaces"] = {"nameMatches": ".*"}
     refused(lambda: policies.replace(body=stored))
     policies.delete(name="tenant-t1", namespace=rack.namespace)
+
+
+def test_a_stolen_tenancy_token_cannot_open_another_tenants_namespace_of_a_colliding_name(
+    tenancy_side, rack, clients, devenv, tmp_path
+):
+    """Issue 40: tenant `a` with child `b-c` and tenant `a-b` with child `c` both make `a-b-c`. The guard can only
+    check the prefix, so a stolen tenancy token could write tenant a-b's policy naming `a-b-c`, tenant a's
+    namespace, and open a-b's host pool to it. Onboarding's policies now also require the namespace's tenant label
+    (which the tenants side can never add or change), and the guard requires that."""
+    a = f"t{uuid.uuid4().hex[:5]}"
+    colliding = f"{a}-b-c"  # tenant a's namespace (child b-c); tenant a-b's child c would be named the same
+    admin_namespaces = clients["admin"].resources.get(api_version="v1", kind="Namespace")
+    admin_namespaces.create(body=namespace(colliding, tenant=a))
+    try:
+        rack.host("h1")
+        policies = tenancy_side.resources.get(api_version=METAL3, kind="HostDeployPolicy")
+        meta = {"name": f"tenant-{a}-b", "namespace": rack.namespace, "labels": {TENANT_LABEL: f"{a}-b"}}
+
+        def policy(rule: dict) -> dict:
+            return {"apiVersion": METAL3, "kind": "HostDeployPolicy", "metadata": meta, "spec": rule}
+
+        message = refused(lambda: policies.create(body=policy({"hostclaimNamespaces": {"names": [colliding]}})))
+        assert "only as onboarding does" in message and "hasLabels" in message, message
+        wrong_label = {"names": [colliding], "hasLabels": [{"name": TENANT_LABEL, "value": a}]}
+        refused(lambda: policies.create(body=policy({"hostclaimNamespaces": wrong_label})))
+        # What onboarding writes for tenant a-b: accepted, and it admits no namespace of tenant a.
+        own = {"names": [colliding], "hasLabels": [{"name": TENANT_LABEL, "value": f"{a}-b"}]}
+        policies.create(body=policy({"hostclaimNamespaces": own}))
+        rack.claim("across", namespace=colliding, identity="admin")
+        result = step("hostclaim_bind", devenv, tmp_path, rack)
+        assert result["bound"] == 0, result
+        assert "consumerRef" not in rack.read_host("h1")["spec"]
+    finally:
+        admin_namespaces.delete(name=colliding)

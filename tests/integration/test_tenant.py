@@ -117,7 +117,10 @@ def test_onboarding_from_a_yaml_file(devenv, clients, tenants, tmp_path):
     )
     assert owned(clients, "ResourceQuota", name) == [f"{c}/metalclaim-tenant" for c in children]
     policy = api(clients, "HostDeployPolicy", METAL3).get(name=f"tenant-{name}", namespace="infrahost").to_dict()
-    assert policy["spec"]["hostclaimNamespaces"] == {"names": children}
+    assert policy["spec"]["hostclaimNamespaces"] == {
+        "names": children,
+        "hasLabels": [{"name": TENANT_LABEL, "value": name}],
+    }
     listed = {(o["kind"], o.get("namespace", ""), o["name"]) for o in tenant["status"]["objects"]}
     assert ("HostDeployPolicy", "infrahost", f"tenant-{name}") in listed and len(listed) == 9
 

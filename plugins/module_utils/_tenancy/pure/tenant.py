@@ -304,7 +304,15 @@ def desired_objects(tenant: dict, claim_side_subjects: list[dict]) -> list[dict]
                 "apiVersion": metal3.API_VERSION,
                 "kind": "HostDeployPolicy",
                 "metadata": _meta(tenant, policy_name(tenant), pool["namespace"]),
-                "spec": {"hostclaimNamespaces": {"names": sorted(children)}},
+                # The names and the namespaces' tenant label (which only onboarding writes, and which the tenants
+                # side can never change on a namespace): a name another tenant's prefix also makes (a + b-c and
+                # a-b + c are both a-b-c) admits only this tenant's namespace of that name (issue 40).
+                "spec": {
+                    "hostclaimNamespaces": {
+                        "names": sorted(children),
+                        "hasLabels": [{"name": TENANT_LABEL, "value": tenant_name(tenant)}],
+                    }
+                },
             }
         )
     return objects

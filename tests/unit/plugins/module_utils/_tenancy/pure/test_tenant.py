@@ -79,7 +79,9 @@ def test_desired_objects_are_labelled_and_named_after_the_tenant():
     assert all(o["metadata"]["labels"][TENANT_LABEL] == "blue" for o in objects)
     assert objects[1]["subjects"][0]["name"] == "blue-tenant-admin"
     assert objects[3]["spec"] == {"hard": {"count/hostclaims.metal3.io": "3"}}
-    assert objects[4]["spec"] == {"hostclaimNamespaces": {"names": ["blue-a"]}}
+    assert objects[4]["spec"] == {
+        "hostclaimNamespaces": {"names": ["blue-a"], "hasLabels": [{"name": TENANT_LABEL, "value": "blue"}]}
+    }
     custom = plan.desired_objects(tenant(childNamespaces=["a"], adminGroup="ops"), [])
     assert [o["subjects"][0]["name"] for o in custom if o["kind"] == "RoleBinding"] == ["ops"]
 
