@@ -24,9 +24,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import (
-    CALLBACK_SUBDIR,
-)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils.controller_contract import CALLBACK_SUBDIR
 
 from . import mapper
 

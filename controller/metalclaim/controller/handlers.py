@@ -11,8 +11,7 @@ from __future__ import annotations
 import threading
 import time
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.io.media import token_key
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import redact
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils.controller_contract import redact, token_key
 
 from . import mapper
 from .reflector import Store

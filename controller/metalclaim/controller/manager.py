@@ -14,8 +14,7 @@ import json
 import logging
 import threading
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import API_VERSION
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure import reach
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils.controller_contract import API_VERSION, media_problem
 
 from . import mapper, metrics
 from .callbacks import CallbackWatch
@@ -43,7 +42,7 @@ def media_warning(settings: Settings) -> dict | None:
     at once, saying so: reach.py), as the fields of its log line; None when there is nothing to say."""
     if PROVISIONER not in settings.scope.sides:
         return None
-    problem = reach.media_problem(settings.media_url, settings.deploy_iso_url)
+    problem = media_problem(settings.media_url, settings.deploy_iso_url)
     return {"level": "WARNING", "problem": problem} if problem else None
 
 

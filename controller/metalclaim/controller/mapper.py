@@ -16,47 +16,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._catalog.pure import catalog
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.binding import (
-    DEFAULT_CLAIM_KIND as BAREMETAL_KIND,
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.binding import (
-    claim_kind,  # spec.kind, baremetal when unset
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure.reuse import (
-    HOLD_ANNOTATION,  # node reuse: a host held for one namespace's key is free for nobody else
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.claimsets import owner_set
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.metal3 import (
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils.controller_contract import (
+    BAREMETAL_KIND,
+    BINDING_ANNOTATIONS,
+    BUSY_STATES,
+    CALLBACK_SUFFIX,
+    CATALOG_BOOKINGS_ANNOTATION,
+    CATALOG_HOLD_ANNOTATION,
+    CATALOG_NAME,
     DATA_ROLES,
     DETACHED_ANNOTATION,
     FREE_STATES,
+    HOLD_ANNOTATION,
+    HOST_POOLS_ANNOTATION,
     IN_USE_ANNOTATION,
     PAUSED_ANNOTATION,
+    PROVISIONER_ANNOTATION,
     REBOOT_ANNOTATION,
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import (
-    BINDING_ANNOTATIONS,
-    HOST_POOLS_ANNOTATION,
+    REMOTE_KIND,
     RESERVED_FOR_ANNOTATION,
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.machine import (
-    BUSY_STATES,  # a host in one of these holds a provisioning slot (--provision-max-concurrent)
-    PROVISIONER_ANNOTATION,  # who provisions a host (ours, or Metal3's BMO): a host annotation or namespace label
-    operation,  # the provisioner's operation in flight on a host (its annotation)
-    tokens_of,  # the media tokens an operation holds
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._provisioner.pure.media_protocol import (
-    CALLBACK_SUFFIX,
     TOKEN_RE,
-    opened_operation,  # an operation's token references as the tokens they stand for (under the media key)
-)
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.kubeconfig import (
+    asks_before_binding,
+    catalog_namespaces,
+    claim_kind,
     compile_allowed,
+    event_fingerprint,
+    opened_operation,
+    operation,
+    owner_set,
+    public_labels,
     secret_ref,
+    tokens_of,
+    wants_claim_events,
 )
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._remote.pure.mirror import REMOTE_KIND
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils._tenancy.pure import hooks as tenant_hooks
 
 CLAIM = "claim"
 HOST = "host"
@@ -354,7 +346,7 @@ def tenant_changed(old: dict | None, new: dict | None) -> Keys:
 
 def tenant_claim_namespaces(tenant: dict) -> list[str]:
     """The namespaces whose claims concern a Tenant: its children, when one of its hooks wants claim events."""
-    if not tenant_hooks.wants_claim_events(tenant):
+    if not wants_claim_events(tenant):
         return []
     spec = tenant.get("spec") or {}
     children = [f"{spec.get('tenantName', '')}-{child}" for child in spec.get("childNamespaces") or []]
@@ -368,11 +360,11 @@ def claim_changed_for_tenants(old: dict | None, new: dict | None, tenants: list[
     claim made (its binding to be asked about) or gone (its verdict to drop) concerns the tenants with blocking
     CLAIM_BOUND hooks."""
     if (old is None) != (new is None):
-        asking = [tenant for tenant in tenants if tenant_hooks.asks_before_binding(tenant)]
+        asking = [tenant for tenant in tenants if asks_before_binding(tenant)]
         if asking:
             return Keys(sorted(key_of(TENANT, tenant) for tenant in asking))
     # A claim absent is an unbound one: its creation tells nothing, its deletion once bound is a release.
-    if not tenants or tenant_hooks.event_fingerprint(old) == tenant_hooks.event_fingerprint(new):
+    if not tenants or event_fingerprint(old) == event_fingerprint(new):
         return Keys()
     return Keys(sorted(key_of(TENANT, tenant) for tenant in tenants))
 
@@ -421,7 +413,7 @@ CATALOG = "catalog"
 
 
 def catalog_key(namespace: str) -> tuple[str, str, str]:
-    return (CATALOG, namespace, catalog.NAME)
+    return (CATALOG, namespace, CATALOG_NAME)
 
 
 def host_fingerprint_for_catalogs(host: dict | None):
@@ -445,16 +437,16 @@ def host_fingerprint_for_catalogs(host: dict | None):
 
 
 _CATALOG_ANNOTATIONS = (PAUSED_ANNOTATION, IN_USE_ANNOTATION, RESERVED_FOR_ANNOTATION)
-_CATALOG_ANNOTATIONS += (catalog.BOOKINGS_ANNOTATION, catalog.HOLD_ANNOTATION)
+_CATALOG_ANNOTATIONS += (CATALOG_BOOKINGS_ANNOTATION, CATALOG_HOLD_ANNOTATION)
 
 
 def publishes(policy: dict, infra_namespace: str) -> bool:
     """Whether a policy of this infra namespace publishes its hosts in catalogs."""
-    return _meta(policy).get("namespace") == infra_namespace and catalog.public_labels(policy) is not None
+    return _meta(policy).get("namespace") == infra_namespace and public_labels(policy) is not None
 
 
 def catalog_keys(policies: list[dict], namespaces: dict) -> list[tuple[str, str, str]]:
-    return [catalog_key(name) for name in catalog.catalog_namespaces(policies, namespaces)]
+    return [catalog_key(name) for name in catalog_namespaces(policies, namespaces)]
 
 
 def host_changed_for_catalogs(old: dict | None, new: dict | None, policies: list[dict], namespaces: dict) -> Keys:
