@@ -59,11 +59,15 @@ def book_claims(run) -> dict:
     reach = booking.horizons(policies)  # how far ahead each infra namespace's hosts take bookings
     allowed = booking.limits(policies)  # how many bookings each claim namespace may hold there
     closed: set = set()  # hosts the API server refused to write in this run: they take no new booking
+
+    def owner_of(namespace: str) -> tuple[str, str]:  # a Tenant's namespaces share its bookings limit
+        return booking.booker(namespace, (metadata_of.get(namespace) or {}).get("labels"))
+
     for _attempt in range(ATTEMPTS):
         candidates = _candidates(hosts, policies, metadata_of)
-        planned = booking.plan(claims, hosts, candidates, now, gone, reach, allowed, closed)
+        planned = booking.plan(claims, hosts, candidates, now, gone, reach, allowed, closed, owner_of)
         if planned.unknown - _checked(kube, planned.unknown, gone):
-            planned = booking.plan(claims, hosts, candidates, now, gone, reach, allowed, closed)
+            planned = booking.plan(claims, hosts, candidates, now, gone, reach, allowed, closed, owner_of)
         written = _write_hosts(run, planned, hosts, result)
         if written is True:
             break

@@ -29,12 +29,13 @@ accepted booking beyond its host's horizon (accepted before the horizon, or the 
 
 Bounded bookings (issue 40): one tenant's 673 bookings on one host pushed its annotation past the API server's
 256 KiB, and the refused write failed every run of every tenant. A host takes at most ``MAX_PER_HOST`` bookings (its
-annotation stays a few KiB), and one claim namespace holds at most ``maxBookingsPerNamespace`` bookings still to
-start on the hosts of one infra namespace (``DEFAULT_PER_NAMESPACE`` where no policy says it; the largest of the
-namespace's policies). A booking over its namespace's limit on every host it may use is not accepted: its Lease
-condition says ``BookingLimitReached`` and it is decided again, in its first-come place, as the namespace's bookings
-start or go. Accepted bookings over a limit lowered since are kept. A host the API server refuses to write (a 422,
-not a conflict) takes no new booking in that run (``plan``'s ``closed``): only the claims that wanted it wait.
+annotation stays a few KiB), and one claim namespace (all the namespaces of one Tenant together: booker()) holds at
+most ``maxBookingsPerNamespace`` bookings still to start on the hosts of one infra namespace
+(``DEFAULT_PER_NAMESPACE`` where no policy says it; the largest of the namespace's policies). A booking over its
+limit on every host it may use is not accepted: its Lease condition says ``BookingLimitReached`` and it is decided
+again, in its first-come place, as those bookings start or go. Accepted bookings over a limit lowered since are
+kept. A host the API server refuses to write (a 422, not a conflict) takes no new booking in that run (``plan``'s
+``closed``): only the claims that wanted it wait.
 
 Every decision takes the run's timestamp (``now``): no clock here.
 """
@@ -47,6 +48,7 @@ import json
 from dataclasses import dataclass, field
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure import lease, reuse
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.tenancy import tenant_of
 
 ANNOTATION = "metalclaim.io/bookings"  # on a BareMetalHost: its accepted bookings
 # Lease condition and Association reasons (the tenant guide lists them).
@@ -333,6 +335,13 @@ def limits(policies: list[dict]) -> dict:
     return found
 
 
+def booker(namespace: str, namespace_labels: dict | None) -> tuple[str, str]:
+    """Who a namespace's bookings count for against maxBookingsPerNamespace: its Tenant (all its namespaces
+    together), or the namespace itself when no Tenant owns it."""
+    tenant = tenant_of(namespace_labels)
+    return ("tenant", tenant) if tenant else ("namespace", namespace)
+
+
 def within_reach(window: Window, horizon: int, now: datetime.datetime) -> bool:
     """Whether a booking of `window` may be accepted now on a host whose horizon is `horizon` seconds."""
     return lease.seconds_between(now, window.start) <= horizon
@@ -358,7 +367,8 @@ def conflict_message(window: Window) -> str:
 def limit_message(window: Window, limit: int) -> str:
     # Tenants read this: their own namespace's count and the limit, no host, no other tenant.
     return (
-        f"this namespace holds as many bookings still to start as the hosts it may use take ({limit}): the booking "
+        f"this namespace (with its tenant's other namespaces) holds as many bookings still to start as the hosts it "
+        f"may use take ({limit}): the booking "
         f"{window.spelled()} is decided again as those start or are removed"
     )
 
@@ -423,6 +433,7 @@ def plan(
     reach: dict | None = None,
     allowed: dict | None = None,
     closed: set | frozenset = frozenset(),
+    owner_of=None,
 ) -> Plan:
     """Decide every booking claim in `claims` (all the live claims: those without a start are read for the hosts
     they hold), first come, first served, and tidy every host's bookings: an entry whose claim is gone, is being
@@ -436,7 +447,8 @@ def plan(
     start is within, and an entry beyond its host's is dropped. allowed: limits() of the policies (None:
     DEFAULT_PER_NAMESPACE everywhere): a booking goes only where its namespace holds fewer bookings still to start
     in that host's namespace, and only on a host carrying fewer than MAX_PER_HOST. closed: keys of hosts the API
-    server refused to write: no new booking there, and no write."""
+    server refused to write: no new booking there, and no write. owner_of(namespace) -> who a namespace's bookings
+    count for (booker(); None: each namespace for itself): a Tenant's namespaces share its limit."""
 
     def horizon(host_key: tuple[str, str]) -> int:
         return (reach or {}).get(host_key[0], DEFAULT_AHEAD)
@@ -489,11 +501,15 @@ def plan(
             keep.append(entry)
         kept[host_key] = keep
     booked = {e.uid: host_key for host_key, found in kept.items() for e in found}
-    to_start: dict = {}  # (claim namespace, infra namespace) -> its bookings still to start there
+
+    def owner(namespace: str):
+        return owner_of(namespace) if owner_of is not None else ("namespace", namespace)
+
+    to_start: dict = {}  # (who books, infra namespace) -> its bookings still to start there
     for host_key, found in kept.items():
         for e in found:
             if e.window.start > now:
-                to_start[(e.namespace, host_key[0])] = to_start.get((e.namespace, host_key[0]), 0) + 1
+                to_start[(owner(e.namespace), host_key[0])] = to_start.get((owner(e.namespace), host_key[0]), 0) + 1
     for claim in sorted((live[uid] for uid in windows), key=order_key):
         uid = _uid(claim)
         window = windows[uid]
@@ -513,7 +529,8 @@ def plan(
             result.decisions.append(Decision(claim, "too_far", window, message, retry_at=retry_at))
             continue
         namespace, name = _key(claim)
-        room = [host_key for host_key in near if to_start.get((namespace, host_key[0]), 0) < limit(host_key)]
+        booker = owner(namespace)
+        room = [host_key for host_key in near if to_start.get((booker, host_key[0]), 0) < limit(host_key)]
         if near and not room:
             most = max(limit(host_key) for host_key in near)
             result.decisions.append(Decision(claim, "limit", window, limit_message(window, most)))
@@ -532,7 +549,7 @@ def plan(
             continue
         kept[chosen] = [*kept[chosen], Entry(uid, namespace, name, window)]
         booked[uid] = chosen
-        to_start[(namespace, chosen[0])] = to_start.get((namespace, chosen[0]), 0) + 1
+        to_start[(booker, chosen[0])] = to_start.get((booker, chosen[0]), 0) + 1
         result.decisions.append(Decision(claim, "booked", window, host=chosen, newly=True))
     for host_key, found in kept.items():
         if host_key in closed:

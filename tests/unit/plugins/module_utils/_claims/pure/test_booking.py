@@ -352,3 +352,24 @@ def test_an_accepted_booking_over_a_lowered_limit_is_kept():
     pool = [host("h1", entries=[entry(c, 3600 * (i + 1), 3600 * (i + 1) + 60) for i, c in enumerate(wanted)])]
     planned = booking.plan(wanted, pool, every(pool), T0, allowed={"infra": 1})
     assert [d.state for d in planned.decisions] == ["booked"] * 3 and planned.writes == {}
+
+
+def test_a_tenants_namespaces_share_its_limit():
+    """A Tenant's child namespaces count together: ten namespaces of one tenant do not get ten limits."""
+    labels = {"t": {"tenancy.metalclaim.io/tenant": "blue"}, "u": {"tenancy.metalclaim.io/tenant": "blue"}}
+    assert booking.booker("t", labels["t"]) == booking.booker("u", labels["u"]) == ("tenant", "blue")
+    assert booking.booker("v", {}) == ("namespace", "v")
+    wanted = []
+    for i in range(12):
+        made = claim(f"c{i:02}", start=3600 * (i + 1), duration=600, created=i)
+        made["metadata"]["namespace"] = "t" if i % 2 else "u"
+        wanted.append(made)
+    pool = [host("h1")]
+
+    def owner(namespace):
+        return booking.booker(namespace, labels.get(namespace))
+
+    shared = booking.plan(wanted, pool, every(pool), T0, allowed={"infra": 4}, owner_of=owner)
+    assert sum(d.state == "booked" for d in shared.decisions) == 4
+    alone = booking.plan(wanted, pool, every(pool), T0, allowed={"infra": 4})
+    assert sum(d.state == "booked" for d in alone.decisions) == 8  # each namespace its own 4
