@@ -14,6 +14,8 @@ import urllib.request
 from metalclaim_dev.claimlayer import TENANT_A, Rack
 from metalclaim_dev.support import REPO_ROOT, eventually, free_port
 
+PORT_ATTEMPTS = 3  # starts with fresh ports when one picked free was taken before the controller bound it
+
 
 class ControllerProcess:
     """`metalclaim-controller` with *args as its own process: metrics and health on free ports, its private data
@@ -56,31 +58,47 @@ class ControllerProcess:
         env = {key: value for key, value in env.items() if key != "METALCLAIM_METRICS_SECURE"}
         if not secure_metrics:
             env["METALCLAIM_METRICS_SECURE"] = "false"
-        self.argv = [
-            *command,
-            *(["--kubeconfig", devenv.kubeconfig(kubeconfig_identity)] if kubeconfig_identity else []),
-            "--private-data-dir",
-            str(self.private),
-            "--metrics-bind-address",
-            f"127.0.0.1:{self.metrics_port}",
-            "--health-probe-bind-address",
-            f"127.0.0.1:{self.health_port}",
-            *args,
-        ]
-        self.process = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, env=env, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT
-        )
-        self.pid = self.process.pid
-        try:
-            eventually(
-                lambda: self.get(self.health_port, "/readyz")[0] == 200,
-                timeout=ready_timeout,
-                interval=0.1,
-                message=f"controller ready ({' '.join(args)})",
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.argv = [
+                *command,
+                *(["--kubeconfig", devenv.kubeconfig(kubeconfig_identity)] if kubeconfig_identity else []),
+                "--private-data-dir",
+                str(self.private),
+                "--metrics-bind-address",
+                f"127.0.0.1:{self.metrics_port}",
+                "--health-probe-bind-address",
+                f"127.0.0.1:{self.health_port}",
+                *args,
+            ]
+            self.process = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, env=env, cwd=cwd, stdout=self.log, stderr=subprocess.STDOUT
             )
-        except AssertionError as error:
-            self.stop()
-            raise AssertionError(f"{error}:\n{self.output()}") from None
+            self.pid = self.process.pid
+            try:
+                eventually(
+                    lambda: self._alive() and self.get(self.health_port, "/readyz")[0] == 200,
+                    timeout=ready_timeout,
+                    interval=0.1,
+                    message=f"controller ready ({' '.join(args)})",
+                )
+                return
+            except AssertionError as error:
+                lost_port = self.process.poll() is not None and "Address already in use" in self.output()
+                if lost_port and attempt < PORT_ATTEMPTS:
+                    # A port free when picked was taken before the controller bound it (free_port checks, then
+                    # lets go): pick others and start again, in a fresh log.
+                    self.process.wait(10)
+                    self.metrics_port, self.health_port = free_port(), free_port()
+                    self.log.seek(0)
+                    self.log.truncate()
+                    continue
+                self.stop()
+                raise AssertionError(f"{error}:\n{self.output()}") from None
+
+    def _alive(self) -> bool:
+        # Checked before each readiness read: another process's server on a port we lost must not look like ours.
+        assert self.process.poll() is None, f"the controller exited ({self.process.returncode}):\n{self.output()}"
+        return True
 
     @property
     def metrics_url(self) -> str:
