@@ -306,33 +306,41 @@ def may_take(claim: dict, now: datetime.datetime | None):
     return takes
 
 
-def horizons(policies: list[dict]) -> dict:
-    """{infra namespace: how far ahead a booking on its hosts may start, in seconds}: the largest spec.maxBookingAhead
-    of its policies, DEFAULT_AHEAD for a policy without one, 0 for one that cannot be read (fail closed: no booking
-    ahead there). A namespace without a policy is not in it (nobody may bind there anyway)."""
+def _largest_per_namespace(policies: list[dict], value_of) -> dict:
+    """{infra namespace: the largest value_of(policy spec) of its policies}; a namespace without a policy is not in
+    it (nobody may bind there anyway)."""
     found: dict = {}
     for policy in policies:
         namespace = _meta(policy).get("namespace", "")
-        text = (policy.get("spec") or {}).get("maxBookingAhead")
-        try:
-            ahead_of = DEFAULT_AHEAD if text is None else lease.parse_duration(text)
-        except lease.LeaseError:
-            ahead_of = 0
-        found[namespace] = max(found.get(namespace, 0), ahead_of)
+        found[namespace] = max(found.get(namespace, 0), value_of(policy.get("spec") or {}))
     return found
+
+
+def horizons(policies: list[dict]) -> dict:
+    """{infra namespace: how far ahead a booking on its hosts may start, in seconds}: the largest spec.maxBookingAhead
+    of its policies, DEFAULT_AHEAD for a policy without one, 0 for one that cannot be read (fail closed: no booking
+    ahead there)."""
+
+    def ahead(spec: dict) -> int:
+        text = spec.get("maxBookingAhead")
+        try:
+            return DEFAULT_AHEAD if text is None else lease.parse_duration(text)
+        except lease.LeaseError:
+            return 0
+
+    return _largest_per_namespace(policies, ahead)
 
 
 def limits(policies: list[dict]) -> dict:
     """{infra namespace: how many bookings still to start one claim namespace may hold on its hosts}: the largest
     spec.maxBookingsPerNamespace of its policies, DEFAULT_PER_NAMESPACE for a policy without one, 0 for one that
-    cannot be read (fail closed). A namespace without a policy is not in it."""
-    found: dict = {}
-    for policy in policies:
-        namespace = _meta(policy).get("namespace", "")
-        value = (policy.get("spec") or {}).get("maxBookingsPerNamespace", DEFAULT_PER_NAMESPACE)
-        allowed = value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-        found[namespace] = max(found.get(namespace, 0), allowed)
-    return found
+    cannot be read (fail closed)."""
+
+    def most(spec: dict) -> int:
+        value = spec.get("maxBookingsPerNamespace", DEFAULT_PER_NAMESPACE)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    return _largest_per_namespace(policies, most)
 
 
 def booker(namespace: str, namespace_labels: dict | None) -> tuple[str, str]:
