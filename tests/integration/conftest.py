@@ -12,6 +12,7 @@ import signal
 
 import pytest
 
+from metalclaim_dev.capifixture import cluster_api  # noqa: F401 (fixture)
 from metalclaim_dev.devenv.env import Devenv
 from metalclaim_dev.fixtures import clients, rack, site  # noqa: F401 (fixtures)
 from metalclaim_dev.netfixtures import FileServer, MediaServer

@@ -1,4 +1,4 @@
-"""python -m metalclaim_dev.devenv up|status|down --dir DIR [--hosts N | --vms N] [--clusters 2] [--node]"""
+"""python -m metalclaim_dev.devenv up|status|down --dir DIR [--hosts N | --vms N] [--clusters 2] [--node] [--capi]"""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import clusters, node
+from . import capi, clusters, node
 from .env import Devenv
 from .processes import DevenvError, alive
 
@@ -29,6 +29,11 @@ def summary(env: Devenv) -> str:
         lines.append(f"  redfish    {state['redfish']['endpoint']} ({state['fleet_size']} systems, basic auth)")
     if "node" in state:
         lines.append(f"  node       {state['node']['name']} (kubelet, containerd {state['node']['containerd']})")
+    if "cluster_api" in state:
+        record = state["cluster_api"]
+        lines.append(
+            f"  cluster-api {record['version']} core manager, webhooks {record['webhook_url']}, log {record['log']}"
+        )
     lines.append(
         "  processes  " + ", ".join(f"{name}={'up' if alive(pid) else 'DOWN'}" for name, pid in env.processes().items())
     )
@@ -59,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also a node (kubelet, kube-scheduler, containerd) that runs pods: root; metalclaim_dev.devenv.node",
     )
+    parser.add_argument(
+        "--capi", action="store_true", help="also Cluster API's core manager (metalclaim_dev.devenv.capi)"
+    )
     parser.add_argument("--json", action="store_true", help="print the state file instead of a summary")
     args = parser.parse_args(argv)
     try:
@@ -73,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                 clusters.up(env, args.hosts)
             if args.node:
                 node.up(env)
+            if args.capi:
+                capi.start(env)
         else:
             env = Devenv.load(args.dir.resolve())
             if env is None:

@@ -2,6 +2,8 @@
 # Build kube-apiserver, kube-controller-manager, kubectl and etcd from Go modules
 # with the machine's Go toolchain, cached by version outside the repository.
 # --node: also kubelet and kube-scheduler (the devenv's node, metalclaim_dev.devenv.node), the same way.
+# --capi: also Cluster API's core manager (sigs.k8s.io/cluster-api/core, metalclaim_dev.devenv.capi) and the
+#   manifests the devenv applies (CRD bases, webhook manifests, RBAC) copied from the module.
 #
 # k8s.io/kubernetes cannot be `go install`ed: its go.mod replaces every k8s.io/*
 # staging module with a local path. We build it from a throwaway module that
@@ -15,6 +17,8 @@ CACHE_DIR=${METALCLAIM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/metalclaim}
 K8S_BIN=$CACHE_DIR/kubernetes-$K8S_VERSION
 NODE_BIN=$CACHE_DIR/kubernetes-node-$K8S_VERSION
 ETCD_BIN=$CACHE_DIR/etcd-$ETCD_VERSION
+CAPI_VERSION=${CAPI_VERSION:-v1.14.2}
+CAPI_DIR=$CACHE_DIR/cluster-api-$CAPI_VERSION
 
 log() { printf '[build-controlplane] %s\n' "$*" >&2; }
 
@@ -92,15 +96,48 @@ build_node() {
     k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-scheduler
 }
 
+# The manager and, beside it, the module's manifests: config/ is not part of the build, so it is copied from the
+# same module version (read-only in the module cache, hence chmod) into the cache directory.
+build_capi() {
+  if [[ -x $CAPI_DIR/cluster-api-manager && -d $CAPI_DIR/config/crd && -f $CAPI_DIR/config/webhook/manifests.yaml ]]; then
+    log "cluster-api $CAPI_VERSION: cached in $CAPI_DIR"; return
+  fi
+  local out=$CAPI_DIR.build
+  local pkg=sigs.k8s.io/cluster-api/version
+  local ldflags="-s -w -X $pkg.gitVersion=$CAPI_VERSION -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  # core/go.mod's `replace sigs.k8s.io/cluster-api/api => ./api` becomes a pin at the same version.
+  LDFLAGS="$ldflags" build_from_module sigs.k8s.io/cluster-api "$CAPI_VERSION" "$CAPI_VERSION" "$out" \
+    sigs.k8s.io/cluster-api/core
+  mv "$out/core" "$out/cluster-api-manager"
+  local src
+  src=$(go mod download -json "sigs.k8s.io/cluster-api@$CAPI_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+  mkdir -p "$out/config/crd" "$out/config/webhook" "$out/config/rbac"
+  cp "$src"/core/config/crd/bases/*.yaml "$out/config/crd/"
+  cp "$src"/core/config/webhook/manifests.yaml "$out/config/webhook/"
+  cp "$src"/core/config/rbac/{role,aggregated_role}.yaml "$out/config/rbac/"
+  chmod -R u+w "$out/config"
+  rm -rf "$CAPI_DIR"; mv "$out" "$CAPI_DIR"
+}
+
 mkdir -p "$CACHE_DIR"
 start=$(date +%s)
 build_etcd
 build_kubernetes
-node_json=
-if [[ ${1:-} == --node ]]; then
-  build_node
-  node_json=", \"node_bin\": \"$NODE_BIN\""
-fi
+node_json= capi_json=
+for arg in "$@"; do
+  case $arg in
+    --node)
+      build_node
+      node_json=", \"node_bin\": \"$NODE_BIN\""
+      ;;
+    --capi)
+      build_capi
+      capi_json=", \"cluster_api\": \"$CAPI_VERSION\", \"capi_dir\": \"$CAPI_DIR\""
+      capi_json+=", \"capi_manager\": \"$CAPI_DIR/cluster-api-manager\""
+      ;;
+    *) log "unknown option $arg (expected --node, --capi)"; exit 2 ;;
+  esac
+done
 log "done in $(( $(date +%s) - start ))s"
-printf '{"kubernetes": "%s", "etcd": "%s", "kube_bin": "%s", "etcd_bin": "%s"%s}\n' \
-  "$K8S_VERSION" "$ETCD_VERSION" "$K8S_BIN" "$ETCD_BIN/etcd" "$node_json"
+printf '{"kubernetes": "%s", "etcd": "%s", "kube_bin": "%s", "etcd_bin": "%s"%s%s}\n' \
+  "$K8S_VERSION" "$ETCD_VERSION" "$K8S_BIN" "$ETCD_BIN/etcd" "$node_json" "$capi_json"

@@ -23,6 +23,8 @@ IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "tenant-b": ("tenant-b", ("metalclaim:tenants",)),
     "controller": ("metalclaim-controller", ("metalclaim:controllers",)),
     "provisioner": ("metalclaim-provisioner", ("metalclaim:controllers",)),
+    # Cluster API's core manager (capi.py): only its own ClusterRole, bound by capi.rbac, gives it rights.
+    "capi": ("capi-manager", ("metalclaim:capi",)),
 }
 
 KCM_CONTROLLERS = (
