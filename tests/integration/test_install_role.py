@@ -19,6 +19,9 @@ OWN_CRDS = [
     "hostcatalogs.metal3.io",
     "hostdeploypolicies.metal3.io",
     "tenants.tenancy.metalclaim.io",
+    "metalclaimclusters.infrastructure.cluster.x-k8s.io",
+    "metalclaimmachines.infrastructure.cluster.x-k8s.io",
+    "metalclaimmachinetemplates.infrastructure.cluster.x-k8s.io",
 ]
 
 

@@ -249,7 +249,10 @@ def test_kustomization_lists_the_crds():
     kustomization = yaml.safe_load((CRD_DIR / "kustomization.yaml").read_text())
     assert kustomization["kind"] == "Kustomization"
     # The metal3.io kinds, and the Tenant (tenancy.metalclaim.io, tests/unit/.../_tenancy).
-    assert sorted(kustomization["resources"]) == sorted([*CRD_FILES.values(), "tenancy.metalclaim.io_tenants.yaml"])
+    capi = [f"infrastructure.cluster.x-k8s.io_metalclaim{k}.yaml" for k in ("clusters", "machines", "machinetemplates")]
+    assert sorted(kustomization["resources"]) == sorted(
+        [*CRD_FILES.values(), "tenancy.metalclaim.io_tenants.yaml", *capi]
+    )
 
 
 # --------------------------------------------------------------------------- schema details

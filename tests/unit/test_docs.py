@@ -20,7 +20,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._claims.pure 
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 
-from metalclaim_dev.support import REPO_ROOT
+from metalclaim_dev.support import REPO_ROOT, manifest_objects
 
 DOCS = REPO_ROOT / "docs"
 TENANT_GUIDE = DOCS / "tenant-guide.md"
@@ -90,24 +90,47 @@ def test_relative_links_in_the_docs_resolve():
             assert (page.parent / target).exists(), f"{page.name}: link to {target}"
 
 
+def _guide_objects() -> list:
+    """Every object of the guides' YAML blocks (a block may hold several documents)."""
+    return [
+        doc
+        for page in DOCS.glob("*-guide.md")
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.DOTALL)
+        for doc in yaml.safe_load_all(block)
+        if doc
+    ]
+
+
 def test_the_guides_show_the_samples_as_they_are():
-    """Each sample of config/samples (applied by tests/integration/test_samples.py) is a YAML block of a guide."""
-    blocks = []
-    for page in DOCS.glob("*-guide.md"):
-        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.DOTALL):
-            blocks.append(yaml.safe_load(block))
-    for sample in (REPO_ROOT / "config" / "samples").glob("*.yaml"):
-        if sample.name != "kustomization.yaml":
-            assert yaml.safe_load(sample.read_text()) in blocks, f"{sample.name} is not shown as is in docs/*-guide.md"
+    """Each object of config/samples (applied by tests/integration/test_samples.py and test_capi_provider.py) is in a
+    YAML block of a guide."""
+    blocks = _guide_objects()
+    for sample in (REPO_ROOT / "config" / "samples").rglob("*.yaml"):
+        if sample.name == "kustomization.yaml" or "overlay" in sample.parts:
+            continue
+        for obj in manifest_objects([yaml.safe_load(sample.read_text())]):
+            assert obj in blocks, f"{sample.name}: {obj['kind']} is not shown as is in docs/*-guide.md"
+
+
+def test_every_cluster_api_reason_is_in_the_tenant_guide():
+    """A MetalClaimMachine's and MetalClaimCluster's reasons (_capi) are in the tenant guide's Cluster API chapter."""
+    from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure import cluster, machine
+
+    reasons = {
+        value
+        for module in (machine, cluster)
+        for name, value in vars(module).items()
+        if name.isupper() and isinstance(value, str) and re.fullmatch(r"[A-Z][a-z]+(?:[A-Z][a-z]+)*", value)
+    }
+    reasons -= {machine.MACHINE_KIND, machine.CLUSTER_KIND, machine.READY, machine.PAUSED}
+    assert {machine.WAITING_FOR_HOST, machine.PROVISIONED, cluster.ENDPOINT_GIVEN} <= reasons
+    missing = sorted(reason for reason in reasons if f"`{reason}`" not in TENANT_GUIDE.read_text())
+    assert not missing, f"Cluster API reasons docs/tenant-guide.md does not explain: {missing}"
 
 
 def test_the_guides_show_metal3s_walkthrough_objects_as_they_are():
     """The policy and claim of Metal3's walkthrough (tests/fixtures, applied by test_foundation.py) are guide blocks."""
-    blocks = [
-        yaml.safe_load(block)
-        for page in DOCS.glob("*-guide.md")
-        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.DOTALL)
-    ]
+    blocks = _guide_objects()
     walkthrough = REPO_ROOT / "tests" / "fixtures" / "metal3_hostclaim_walkthrough.yaml"
     objects = [doc for doc in yaml.safe_load_all(walkthrough.read_text()) if doc and "kind" in doc]
     assert sorted(doc["kind"] for doc in objects) == ["HostClaim", "HostDeployPolicy"]

@@ -26,7 +26,7 @@ RENAMED = {
     "tenant": "tenancy",
 }
 # Roles that came after the renames (no old name, no shim).
-NEW_ROLES = {"catalog", "claimsets"}
+NEW_ROLES = {"capi", "catalog", "claimsets"}
 MAPPED = re.compile(r"^\{\{ (?P<old>\w+)(?: \| default\((?P<defaults>\w+)\.(?P<default>\w+)\))? \}\}$")
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import collection
-from .mapper import CATALOG, CLAIM, CLAIMSET, HOST, REMOTE, TENANT
+from .mapper import CAPI_CLUSTER, CAPI_MACHINE, CATALOG, CLAIM, CLAIMSET, HOST, REMOTE, TENANT
 
 COLLECTION = "metalclaim.hostclaim"
 
@@ -99,6 +99,8 @@ GROUPS = {
     REMOTE: Group("remote", "hostclaim_remote", "remote_claims", options=_remote_options),
     CLAIMSET: Group("claimsets", "hostclaimset_reconcile", "claimsets_list"),
     CATALOG: Group("catalog", "hostclaim_catalog", "catalog_list"),
+    CAPI_MACHINE: Group("capi_machines", "metalclaim_machine_reconcile", "capi_machines"),
+    CAPI_CLUSTER: Group("capi_clusters", "metalclaim_cluster_reconcile", "capi_clusters"),
     TENANT: Group("tenant", "tenant_reconcile", "tenancy_names", by_name=True, options=_tenant_options),
     HOST: Group(
         "provision",

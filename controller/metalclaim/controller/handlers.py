@@ -19,6 +19,8 @@ from .scope import CLAIMS, PROVISIONER, TENANTS
 from .workqueue import LIVE, RESYNC
 
 KINDS = ("HostClaim", "BareMetalHost", "HostDeployPolicy", "Namespace", "Tenant", "HostClaimSet")
+# Cluster API (--cluster-api): our MetalClaimMachines and MetalClaimClusters, and its Machines and Clusters.
+CAPI_KINDS = ("MetalClaimMachine", "MetalClaimCluster", "Machine", "Cluster")
 
 
 class EventHandlers:
@@ -31,7 +33,9 @@ class EventHandlers:
         self.stop = stop
         self._new_reflector = reflector
         self._log = log
-        self.stores = {kind: Store() for kind in KINDS}
+        self.stores = {kind: Store() for kind in (*KINDS, *CAPI_KINDS)}
+        # The MetalClaimMachines of each (namespace, cluster name): those a Cluster's pause or provisioning wakes.
+        self.stores["MetalClaimMachine"].add_index("cluster", mapper.metal_machine_cluster)
         claims = self.stores["HostClaim"]
         claims.add_index("namespace", lambda c: [c["metadata"]["namespace"]])
         # The tenants whose hooks want the claim events of a namespace.
@@ -93,7 +97,10 @@ class EventHandlers:
             return TENANTS in scope.sides and scope.owns_namespace(name)
         if kind == mapper.HOST:
             return PROVISIONER in scope.sides and scope.owns_namespace(namespace)
-        if kind in (mapper.CLAIMSET, mapper.CATALOG):  # served beside baremetal claims (one claims side does that)
+        if kind in (mapper.CAPI_MACHINE, mapper.CAPI_CLUSTER) and not self.settings.cluster_api:
+            return False
+        if kind in (mapper.CLAIMSET, mapper.CATALOG, mapper.CAPI_MACHINE, mapper.CAPI_CLUSTER):
+            # served beside baremetal claims (one claims side does that)
             if mapper.BAREMETAL_KIND not in self.settings.kinds:
                 return False
         elif mapper.CLAIM_KIND_OF_KEY[kind] not in self.settings.kinds:
@@ -122,6 +129,8 @@ class EventHandlers:
             tenants = self.stores["Tenant"].by_index("claim-namespace", (new or old)["metadata"]["namespace"])
             self._enqueue("HostClaim", mapper.claim_changed_for_tenants(old, new, tenants), initial)
         self._enqueue("HostClaim", mapper.claim_changed_for_sets(old, new), initial)  # a member: its set counts again
+        if self.settings.cluster_api:  # a machine's claim: the machine's status follows it
+            self._enqueue("HostClaim", mapper.claim_changed_for_capi(old, new), initial)
         if not self.serves(mapper.claim_key(new or old)):  # another controller's kind (or shard): not a look
             return
         self._observe_association(old, new)
@@ -132,6 +141,20 @@ class EventHandlers:
 
     def on_claimset(self, old, new, initial=False) -> None:
         self._enqueue("HostClaimSet", mapper.claimset_changed(old, new), initial)
+
+    def on_metal_machine(self, old, new, initial=False) -> None:
+        self._enqueue("MetalClaimMachine", mapper.metal_machine_changed(old, new), initial)
+
+    def on_metal_cluster(self, old, new, initial=False) -> None:
+        self._enqueue("MetalClaimCluster", mapper.metal_cluster_changed(old, new), initial)
+
+    def on_capi_machine(self, old, new, initial=False) -> None:
+        self._enqueue("Machine", mapper.capi_machine_changed(old, new), initial)
+
+    def on_capi_cluster(self, old, new, initial=False) -> None:
+        meta = (new or old)["metadata"]
+        metal_machines = self.stores["MetalClaimMachine"].by_index("cluster", (meta["namespace"], meta["name"]))
+        self._enqueue("Cluster", mapper.capi_cluster_changed(old, new, metal_machines), initial)
 
     def on_tenant(self, old, new, initial=False) -> None:
         self._enqueue("Tenant", mapper.tenant_changed(old, new), initial)
@@ -205,6 +228,8 @@ class EventHandlers:
             keys = [mapper.claim_key(claim) for claim in self.stores["HostClaim"].list()]
             keys += [mapper.key_of(mapper.HOST, host) for host in self.stores["BareMetalHost"].list()]
             keys += [mapper.key_of(mapper.CLAIMSET, claim_set) for claim_set in self.stores["HostClaimSet"].list()]
+            keys += [mapper.key_of(mapper.CAPI_MACHINE, m) for m in self.stores["MetalClaimMachine"].list()]
+            keys += [mapper.key_of(mapper.CAPI_CLUSTER, c) for c in self.stores["MetalClaimCluster"].list()]
             # All at once: a batch is cut after a quiet period of a few milliseconds, which this thread's scheduling
             # must not decide.
             self.queue.add_all([key for key in keys if self.serves(key)], RESYNC)

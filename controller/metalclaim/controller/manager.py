@@ -14,7 +14,14 @@ import json
 import logging
 import threading
 
-from ansible_collections.metalclaim.hostclaim.plugins.module_utils.controller_contract import API_VERSION, media_problem
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils.controller_contract import (
+    API_VERSION,
+    CAPI_API_VERSION,
+    CAPI_CLUSTER_KIND,
+    CAPI_MACHINE_KIND,
+    CAPI_PROVIDER_API_VERSION,
+    media_problem,
+)
 
 from . import mapper, metrics
 from .callbacks import CallbackWatch
@@ -128,6 +135,13 @@ class Controller:
                 ),
                 self._reflector("v1", "Namespace", on.on_namespace, label_selector=settings.namespace_selector or None),
             ]
+            if baremetal and settings.cluster_api:
+                reflectors += [
+                    self._reflector(CAPI_PROVIDER_API_VERSION, CAPI_MACHINE_KIND, on.on_metal_machine),
+                    self._reflector(CAPI_PROVIDER_API_VERSION, CAPI_CLUSTER_KIND, on.on_metal_cluster),
+                    self._reflector(CAPI_API_VERSION, "Machine", on.on_capi_machine),
+                    self._reflector(CAPI_API_VERSION, "Cluster", on.on_capi_cluster),
+                ]
         return reflectors
 
     def start(self) -> None:

@@ -21,6 +21,10 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils.controller_co
     BINDING_ANNOTATIONS,
     BUSY_STATES,
     CALLBACK_SUFFIX,
+    CAPI_CLUSTER_KIND,
+    CAPI_CLUSTER_NAME_LABEL,
+    CAPI_MACHINE_KIND,
+    CAPI_PAUSED_ANNOTATION,
     CATALOG_BOOKINGS_ANNOTATION,
     CATALOG_HOLD_ANNOTATION,
     CATALOG_NAME,
@@ -480,3 +484,157 @@ def namespace_changed_for_catalogs(old: dict | None, new: dict | None, policies:
     name = _meta(new).get("name", "")
     before = catalog_keys(policies, {name: _meta(old).get("labels")}) if old else []
     return Keys(sorted(set(before + catalog_keys(policies, {name: _meta(new).get("labels")}))))
+
+
+# -- Cluster API: ("capimachine", namespace, name) for capi_machines.yml, ("capicluster", namespace, name) for
+# capi_clusters.yml (--cluster-api). What each reads: the MetalClaimMachine's spec (its providerID, our write, left
+# out), owner Machine, pause and deletion; the Machine's bootstrap data, cluster, failure domain; the Cluster's pause
+# and infrastructure; the machine's HostClaim as far as the machine's status shows it.
+
+CAPI_MACHINE = "capimachine"
+CAPI_CLUSTER = "capicluster"
+
+
+def _capi_owner(obj: dict | None, kind: str) -> str:
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if ref.get("kind") == kind and (ref.get("apiVersion") or "").startswith("cluster.x-k8s.io/"):
+            return ref.get("name") or ""
+    return ""
+
+
+def _capi_paused(obj: dict | None) -> bool:
+    return CAPI_PAUSED_ANNOTATION in (_meta(obj).get("annotations") or {})
+
+
+def metal_machine_cluster(metal_machine: dict) -> list[tuple[str, str]]:
+    """[(namespace, cluster name)] of a MetalClaimMachine (Cluster API labels it), for the handlers' index."""
+    meta = _meta(metal_machine)
+    name = (meta.get("labels") or {}).get(CAPI_CLUSTER_NAME_LABEL)
+    return [(meta.get("namespace", ""), name)] if name else []
+
+
+def metal_machine_fingerprint(metal_machine: dict | None):
+    if metal_machine is None:
+        return None
+    meta = _meta(metal_machine)
+    spec = {k: v for k, v in (metal_machine.get("spec") or {}).items() if k != "providerID"}
+    return (
+        meta.get("uid"),
+        repr(sorted(spec.items())),
+        bool(meta.get("deletionTimestamp")),
+        _capi_owner(metal_machine, "Machine"),
+        (meta.get("labels") or {}).get(CAPI_CLUSTER_NAME_LABEL),
+        _capi_paused(metal_machine),
+    )
+
+
+def metal_machine_changed(old: dict | None, new: dict | None) -> Keys:
+    """A MetalClaimMachine made, changed by its owner or user, paused or deleted; gone: its claim goes with it (the
+    garbage collector), nothing is left to run."""
+    if new is None or metal_machine_fingerprint(old) == metal_machine_fingerprint(new):
+        return Keys(dropped=True)
+    return Keys([key_of(CAPI_MACHINE, new)])
+
+
+def _infrastructure_ref(obj: dict | None, kind: str) -> str:
+    ref = ((obj or {}).get("spec") or {}).get("infrastructureRef") or {}
+    return ref.get("name", "") if ref.get("kind") == kind else ""
+
+
+def capi_machine_changed(old: dict | None, new: dict | None) -> Keys:
+    """A Cluster API Machine whose infrastructure is a MetalClaimMachine: its bootstrap data, cluster, failure domain,
+    deletion (its MetalClaimMachine is the key)."""
+
+    def fingerprint(machine: dict | None):
+        if machine is None:
+            return None
+        spec = machine.get("spec") or {}
+        return (
+            _meta(machine).get("uid"),
+            (spec.get("bootstrap") or {}).get("dataSecretName"),
+            spec.get("clusterName"),
+            spec.get("failureDomain"),
+            bool(_meta(machine).get("deletionTimestamp")),
+        )
+
+    name = _infrastructure_ref(new, CAPI_MACHINE_KIND) or _infrastructure_ref(old, CAPI_MACHINE_KIND)
+    if not name or fingerprint(old) == fingerprint(new):
+        return Keys()
+    return Keys([(CAPI_MACHINE, _meta(new or old).get("namespace", ""), name)])
+
+
+def capi_cluster_changed(old: dict | None, new: dict | None, metal_machines: list[dict]) -> Keys:
+    """A Cluster paused or resumed, or its infrastructure provisioned: its MetalClaimCluster and, given as
+    `metal_machines`, the MetalClaimMachines of its namespace labelled with its name."""
+
+    def fingerprint(cluster: dict | None):
+        if cluster is None:
+            return None
+        spec, status = cluster.get("spec") or {}, cluster.get("status") or {}
+        return (
+            _meta(cluster).get("uid"),
+            bool(spec.get("paused")),
+            _capi_paused(cluster),
+            bool((status.get("initialization") or {}).get("infrastructureProvisioned")),
+        )
+
+    if fingerprint(old) == fingerprint(new):
+        return Keys()
+    namespace = _meta(new or old).get("namespace", "")
+    keys = sorted(key_of(CAPI_MACHINE, m) for m in metal_machines)
+    infrastructure = _infrastructure_ref(new, CAPI_CLUSTER_KIND) or _infrastructure_ref(old, CAPI_CLUSTER_KIND)
+    if infrastructure:
+        keys.append((CAPI_CLUSTER, namespace, infrastructure))
+    return Keys(keys)
+
+
+def metal_cluster_changed(old: dict | None, new: dict | None) -> Keys:
+    """A MetalClaimCluster made, its endpoint changed, owned by its Cluster, paused; its status is the step's own."""
+
+    def fingerprint(metal_cluster: dict | None):
+        meta = _meta(metal_cluster)
+        return (
+            meta.get("uid"),
+            meta.get("generation"),
+            _capi_owner(metal_cluster, "Cluster"),
+            _capi_paused(metal_cluster),
+        )
+
+    if new is None or fingerprint(old) == fingerprint(new):
+        return Keys(dropped=True)
+    return Keys([key_of(CAPI_CLUSTER, new)])
+
+
+def claim_changed_for_capi(old: dict | None, new: dict | None) -> Keys:
+    """A HostClaim a MetalClaimMachine controls: bound, given its host's facts, Ready, deleted, gone (the machine's
+    status and its release follow it)."""
+    claim = new or old
+    owner = next(
+        (
+            ref.get("name")
+            for ref in _meta(claim).get("ownerReferences") or []
+            if ref.get("kind") == CAPI_MACHINE_KIND and ref.get("controller")
+        ),
+        None,
+    )
+    if not owner:
+        return Keys()
+
+    def fingerprint(found: dict | None):
+        if found is None:
+            return None
+        status = found.get("status") or {}
+        conditions = {c.get("type"): (c.get("status"), c.get("reason")) for c in status.get("conditions") or []}
+        nics = ((status.get("hardware") or {}).get("nics")) or []
+        return (
+            _meta(found).get("uid"),
+            bool(_meta(found).get("deletionTimestamp")),
+            conditions.get("Association"),
+            conditions.get("Ready"),
+            repr(status.get("hardwareData")),
+            tuple(nic.get("ip") for nic in nics),
+        )
+
+    if fingerprint(old) == fingerprint(new):
+        return Keys()
+    return Keys([(CAPI_MACHINE, _meta(claim).get("namespace", ""), owner)])

@@ -342,6 +342,14 @@ class Settings:
         check=_at_least_zero("0 (at once) or more"),
         group=CLAIMS_GROUP,
     )
+    cluster_api: bool = option(
+        "--cluster-api",
+        "false",
+        "serve Cluster API's MetalClaimMachines and MetalClaimClusters (capi_machines.yml, capi_clusters.yml): "
+        "watches Cluster API's Machines and Clusters, so Cluster API's CRDs must be installed",
+        boolean,
+        group=CLAIMS_GROUP,
+    )
     watch_secrets: bool = option(
         "--watch-secrets",
         "true",

@@ -143,7 +143,7 @@ def test_a_boolean_flag_alone_is_true(argv, value):
 
 def test_every_boolean_flag_alone_is_true():
     booleans = [a.option_strings[0] for a in cli.parser()._actions if a.type is cli._bool]
-    assert sorted(booleans) == ["--leader-elect", "--metrics-secure", "--standby", "--watch-secrets"]
+    assert sorted(booleans) == ["--cluster-api", "--leader-elect", "--metrics-secure", "--standby", "--watch-secrets"]
     for flag in booleans:
         assert getattr(cli.parser().parse_args([flag]), flag.lstrip("-").replace("-", "_")) is True
 

@@ -49,6 +49,9 @@ SIZE_LIMITS = {"userData": 512 * 1024, "metaData": 64 * 1024, "networkData": 64 
 # Only plain data Secrets are copied. Any other type (service-account-token, dockerconfigjson,
 # tls, basic-auth, ...) holds credentials a tenant must not ship to an infra namespace by accident.
 COPYABLE_TYPES = ("", "Opaque")
+# Bootstrap data as Cluster API's bootstrap providers write it (a Machine's spec.bootstrap.dataSecretName, key `value`):
+# a machine's userData (roles/capi), so copied for that role only.
+BOOTSTRAP_DATA_TYPE = "cluster.x-k8s.io/secret"
 
 
 def copied_secret_name(host_name: str, role: str) -> str:
@@ -80,7 +83,7 @@ def plan_role(claim: dict, role: str, source: dict | None) -> tuple[dict | None,
     if source is None:
         return None, sync_failure(role), f"{where} not found"
     secret_type = source.get("type") or ""
-    if secret_type not in COPYABLE_TYPES:
+    if secret_type not in COPYABLE_TYPES and not (role == "userData" and secret_type == BOOTSTRAP_DATA_TYPE):
         return (
             None,
             sync_failure(role),

@@ -1,0 +1,63 @@
+# Copyright: metalclaim maintainers
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A Cluster API cluster's infrastructure on shared hosts: the MetalClaimCluster. Pure.
+
+Cluster API's v1beta2 infrastructure cluster contract (contracts/infra-cluster.md): the hosts come with the
+machines (each a HostClaim), so the cluster has nothing to make; it is provisioned once Cluster API owns it, and
+reports the `controlPlaneEndpoint` the cluster admin gave (a load balancer or virtual IP of its own), which Cluster
+API copies to the Cluster. Paused (the Cluster's `spec.paused`, or `cluster.x-k8s.io/paused` on either), only its
+`Paused` condition changes.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
+    CAPI_GROUP,
+    IS_PAUSED,
+    NOT_PAUSED,
+    PAUSED,
+    READY,
+    paused,
+)
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+
+WAITING_FOR_CLUSTER = "WaitingForClusterOwner"
+ENDPOINT_GIVEN = "ControlPlaneEndpointGiven"
+NO_ENDPOINT = "NoControlPlaneEndpoint"
+
+
+def owner_cluster(metal_cluster: dict) -> str:
+    for ref in (metal_cluster.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "Cluster" and (ref.get("apiVersion") or "").split("/")[0] == CAPI_GROUP:
+            return ref.get("name") or ""
+    return ""
+
+
+def desired_status(metal_cluster: dict, cluster: dict | None, timestamp: str) -> tuple[dict, bool]:
+    """(the cluster's whole status after this run, whether it waits for its owner Cluster)."""
+    current = copy.deepcopy(metal_cluster.get("status") or {})
+    generation = metal_cluster["metadata"].get("generation", 0)
+    conditions = current.get("conditions") or []
+    is_paused = paused(metal_cluster, cluster)
+    pause = ("True", IS_PAUSED, "Cluster API paused this cluster") if is_paused else ("False", NOT_PAUSED, "")
+    conditions = cond.set_condition(conditions, PAUSED, *pause, generation, timestamp)
+    waiting = False
+    if not is_paused:
+        endpoint = (metal_cluster.get("spec") or {}).get("controlPlaneEndpoint") or {}
+        if cluster is None:
+            owner = owner_cluster(metal_cluster)
+            message = f"Cluster {owner} not found" if owner else "Cluster API has not made a Cluster its owner yet"
+            ready = ("False", WAITING_FOR_CLUSTER, message)
+            waiting = True
+        elif endpoint.get("host"):
+            ready = ("True", ENDPOINT_GIVEN, f"control plane endpoint {endpoint['host']}:{endpoint.get('port', 0)}")
+            current["initialization"] = {"provisioned": True}
+        else:
+            ready = ("True", NO_ENDPOINT, "no spec.controlPlaneEndpoint: the Cluster's own, or its control plane's")
+            current["initialization"] = {"provisioned": True}
+        conditions = cond.set_condition(conditions, READY, *ready, generation, timestamp)
+    current["conditions"] = conditions
+    current["observedGeneration"] = generation
+    return current, waiting
