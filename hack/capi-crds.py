@@ -213,6 +213,23 @@ def metalclaim_cluster(hostclaim: dict) -> dict:
         "type": "object",
         "properties": {
             "initialization": _initialization("True once the endpoint is known (hosts come with the machines)."),
+            "failureDomains": {
+                "description": "The failure domains the namespace's HostCatalog publishes (the failure-domain label "
+                "values of its classes); Cluster API copies them to the Cluster.",
+                "type": "array",
+                "maxItems": 256,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1, "maxLength": 256},
+                        "controlPlane": {"type": "boolean"},
+                        "attributes": {"type": "object", "additionalProperties": {"type": "string"}},
+                    },
+                    "required": ["name"],
+                },
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+            },
             "conditions": _conditions(hostclaim),
             "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
         },

@@ -14,6 +14,9 @@ Only pure code, but token_key (the provisioner's media key: the controller opens
 
 from __future__ import annotations
 
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.cluster import (
+    failure_domains as capi_failure_domains,  # what of a HostCatalog a MetalClaimCluster's status shows
+)
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
     API_VERSION as CAPI_PROVIDER_API_VERSION,  # MetalClaimMachine, MetalClaimCluster (infrastructure.cluster.x-k8s.io)
 )
@@ -130,6 +133,7 @@ __all__ = [
     "RESERVED_FOR_ANNOTATION",
     "TOKEN_RE",
     "asks_before_binding",
+    "capi_failure_domains",
     "catalog_namespaces",
     "claim_kind",
     "compile_allowed",

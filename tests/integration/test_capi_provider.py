@@ -243,3 +243,60 @@ def test_a_machine_deployment_runs_on_shared_hosts_and_gives_them_back(
     finally:
         claims_side.stop()
         provisioner.stop()
+
+
+def test_failure_domains_are_the_published_ones_and_a_machine_lands_in_its_own(
+    devenv, cluster_api, clients, site, files, tmp_path, capi_cleanup
+):
+    """The infra team publishes the failure-domain label (its policy's catalog); the MetalClaimCluster lists the
+    domains the tenant's catalog shows, Cluster API copies them to the Cluster, and a MachineDeployment placed in
+    one gets a host of that domain."""
+    cluster_api.wait_ready()
+    label = "infrastructure.cluster.x-k8s.io/failure-domain"
+    for index, domain in enumerate(("rack-a", "rack-b", "rack-c")):
+        site.host(f"h{index}", index, labels={label: domain})
+    site.api("HostDeployPolicy").patch(
+        body={"spec": {"catalog": {"publicLabels": [label]}}},
+        name="policy",
+        namespace=site.namespace,
+        content_type="application/merge-patch+json",
+    )
+    serve = ("--infra-namespaces", site.namespace, "--controllers", "claims", "--cluster-api")
+    claims_side = ControllerProcess(devenv, tmp_path / "claims", *serve, "--catalog-interval", "1")
+    provisioner = provisioner_side(devenv, tmp_path / "provisioner", site.namespace)
+
+    def both() -> str:
+        return (
+            f"claims:\n{claims_side.output()}\nprovisioner:\n{provisioner.output()}\ncapi:\n{cluster_api.log_tail(20)}"
+        )
+
+    name = f"c{uuid.uuid4().hex[:5]}"
+    try:
+        eventually(
+            lambda: all(site.state(f"h{i}") == "available" for i in range(3)), timeout=120, message=f"hosts\n{both()}"
+        )
+        objects = sample_cluster(name, site.kind, files.add("live.iso", b"live iso\n" * 64))
+        deployment = next(o for o in objects if o["kind"] == "MachineDeployment")
+        deployment["spec"]["replicas"] = 1
+        deployment["spec"]["template"]["spec"]["failureDomain"] = "rack-b"
+        create_as(clients, "tenant-a", objects)
+
+        def domains() -> list[str]:
+            found = api(clients, "tenant-a", "Cluster").get(name=name, namespace=TENANT).to_dict()
+            return sorted(d["name"] for d in (found.get("status") or {}).get("failureDomains") or [])
+
+        eventually(lambda: domains() == ["rack-a", "rack-b", "rack-c"], timeout=60, message=f"domains\n{both()}")
+        claims = api(clients, "tenant-a", "HostClaim", "metal3.io/v1alpha1")
+
+        def held() -> str:
+            items = [c.to_dict() for c in claims.get(namespace=TENANT).items]
+            bound = [c for c in items if (c.get("status") or {}).get("hardwareData")]
+            return bound[0]["status"]["hardwareData"]["name"] if bound else ""
+
+        eventually(held, timeout=60, message=f"the machine's claim bound\n{both()}")
+        [claim] = [c.to_dict() for c in claims.get(namespace=TENANT).items]
+        assert claim["spec"]["failureDomain"] == "rack-b"
+        assert held() == "h1", both()
+    finally:
+        claims_side.stop()
+        provisioner.stop()

@@ -20,7 +20,7 @@ from .workqueue import LIVE, RESYNC
 
 KINDS = ("HostClaim", "BareMetalHost", "HostDeployPolicy", "Namespace", "Tenant", "HostClaimSet")
 # Cluster API (--cluster-api): our MetalClaimMachines and MetalClaimClusters, and its Machines and Clusters.
-CAPI_KINDS = ("MetalClaimMachine", "MetalClaimCluster", "Machine", "Cluster")
+CAPI_KINDS = ("MetalClaimMachine", "MetalClaimCluster", "Machine", "Cluster", "HostCatalog")
 
 
 class EventHandlers:
@@ -36,6 +36,7 @@ class EventHandlers:
         self.stores = {kind: Store() for kind in (*KINDS, *CAPI_KINDS)}
         # The MetalClaimMachines of each (namespace, cluster name): those a Cluster's pause or provisioning wakes.
         self.stores["MetalClaimMachine"].add_index("cluster", mapper.metal_machine_cluster)
+        self.stores["MetalClaimCluster"].add_index("namespace", lambda c: [c["metadata"]["namespace"]])
         claims = self.stores["HostClaim"]
         claims.add_index("namespace", lambda c: [c["metadata"]["namespace"]])
         # The tenants whose hooks want the claim events of a namespace.
@@ -155,6 +156,10 @@ class EventHandlers:
         meta = (new or old)["metadata"]
         metal_machines = self.stores["MetalClaimMachine"].by_index("cluster", (meta["namespace"], meta["name"]))
         self._enqueue("Cluster", mapper.capi_cluster_changed(old, new, metal_machines), initial)
+
+    def on_catalog_for_capi(self, old, new, initial=False) -> None:
+        metal_clusters = self.stores["MetalClaimCluster"].by_index("namespace", (new or old)["metadata"]["namespace"])
+        self._enqueue("HostCatalog", mapper.catalog_changed_for_capi(old, new, metal_clusters), initial)
 
     def on_tenant(self, old, new, initial=False) -> None:
         self._enqueue("Tenant", mapper.tenant_changed(old, new), initial)

@@ -141,6 +141,8 @@ class Controller:
                     self._reflector(CAPI_PROVIDER_API_VERSION, CAPI_CLUSTER_KIND, on.on_metal_cluster),
                     self._reflector(CAPI_API_VERSION, "Machine", on.on_capi_machine),
                     self._reflector(CAPI_API_VERSION, "Cluster", on.on_capi_cluster),
+                    # The failure domains a MetalClaimCluster shows are its namespace's catalog's (our own writes).
+                    self._reflector(API_VERSION, "HostCatalog", on.on_catalog_for_capi),
                 ]
         return reflectors
 

@@ -41,6 +41,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils.controller_co
     RESERVED_FOR_ANNOTATION,
     TOKEN_RE,
     asks_before_binding,
+    capi_failure_domains,
     catalog_namespaces,
     claim_kind,
     compile_allowed,
@@ -638,3 +639,11 @@ def claim_changed_for_capi(old: dict | None, new: dict | None) -> Keys:
     if fingerprint(old) == fingerprint(new):
         return Keys()
     return Keys([(CAPI_MACHINE, _meta(claim).get("namespace", ""), owner)])
+
+
+def catalog_changed_for_capi(old: dict | None, new: dict | None, metal_clusters: list[dict]) -> Keys:
+    """A namespace's HostCatalog whose published failure domains changed: the MetalClaimClusters of that namespace
+    (given) show them."""
+    if capi_failure_domains(old) == capi_failure_domains(new):
+        return Keys()
+    return Keys(sorted(key_of(CAPI_CLUSTER, c) for c in metal_clusters))

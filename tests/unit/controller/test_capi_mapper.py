@@ -92,3 +92,17 @@ def test_a_cluster_object_made_or_owned_is_a_key_its_status_is_not():
     assert mapper.metal_cluster_changed(None, metal_cluster).keys == [("capicluster", "ns", "c1")]
     with_status = {**metal_cluster, "status": {"initialization": {"provisioned": True}}}
     assert mapper.metal_cluster_changed(metal_cluster, with_status).dropped
+
+
+def test_a_catalog_whose_failure_domains_change_wakes_its_namespaces_clusters():
+    def catalog(*zones) -> dict:
+        classes = [{"labels": {"topology.kubernetes.io/zone": z}, "free": 1} for z in zones]
+        return {"metadata": {"name": "hosts", "namespace": "ns"}, "status": {"classes": classes}}
+
+    metal_cluster = {"metadata": {"name": "c1", "namespace": "ns"}}
+    assert mapper.catalog_changed_for_capi(catalog("a"), catalog("a", "b"), [metal_cluster]).keys == [
+        ("capicluster", "ns", "c1")
+    ]
+    counted_again = catalog("a")
+    counted_again["status"]["classes"][0]["free"] = 0  # counts change all the time: no run for them
+    assert not mapper.catalog_changed_for_capi(catalog("a"), counted_again, [metal_cluster]).keys

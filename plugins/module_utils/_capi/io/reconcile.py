@@ -234,7 +234,8 @@ def _cluster(run: CapiRun, metal_cluster: dict, result: dict) -> dict:
     metal_cluster.setdefault("apiVersion", machines.API_VERSION)
     metal_cluster.setdefault("kind", machines.CLUSTER_KIND)
     cluster = _cluster_of(run, namespace, clusters.owner_cluster(metal_cluster))
-    status, waiting = clusters.desired_status(metal_cluster, cluster, run.timestamp)
+    catalog = run.kube.get(metal3.API_VERSION, metal3.CATALOG_KIND, metal3.CATALOG_NAME, namespace)
+    status, waiting = clusters.desired_status(metal_cluster, cluster, run.timestamp, catalog)
     patch = status_patch(metal_cluster, status)
     if patch:
         if not run.check_mode:

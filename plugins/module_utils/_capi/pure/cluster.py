@@ -7,6 +7,12 @@ machines (each a HostClaim), so the cluster has nothing to make; it is provision
 reports the `controlPlaneEndpoint` the cluster admin gave (a load balancer or virtual IP of its own), which Cluster
 API copies to the Cluster. Paused (the Cluster's `spec.paused`, or `cluster.x-k8s.io/paused` on either), only its
 `Paused` condition changes.
+
+Failure domains are what the namespace's HostCatalog shows of the hosts its policies publish (their
+`catalog.publicLabels`): the values of the failure-domain label (Cluster API's, else the zone label) among its
+classes. So a tenant learns no more than its catalog already says, and the infra team decides, by publishing the
+label or not, whether a cluster can spread its machines. Cluster API copies them to the Cluster; a Machine placed in
+one asks its HostClaim for it (`spec.failureDomain`), and the binder prefers hosts labelled so.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.ma
     paused,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
+from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import metal3
 
 WAITING_FOR_CLUSTER = "WaitingForClusterOwner"
 ENDPOINT_GIVEN = "ControlPlaneEndpointGiven"
@@ -35,8 +42,23 @@ def owner_cluster(metal_cluster: dict) -> str:
     return ""
 
 
-def desired_status(metal_cluster: dict, cluster: dict | None, timestamp: str) -> tuple[dict, bool]:
-    """(the cluster's whole status after this run, whether it waits for its owner Cluster)."""
+def failure_domains(catalog: dict | None) -> list[dict]:
+    """The failure domains the namespace's HostCatalog publishes (its classes' failure-domain label values), each one
+    eligible for control plane machines, in name order; none without a catalog or the label."""
+    found = set()
+    for entry in ((catalog or {}).get("status") or {}).get("classes") or []:
+        labels = entry.get("labels") or {}
+        value = next((labels[label] for label in metal3.FAILURE_DOMAIN_LABELS if labels.get(label)), "")
+        if value and value != metal3.CATALOG_HIDDEN:
+            found.add(value)
+    return [{"name": name, "controlPlane": True} for name in sorted(found)]
+
+
+def desired_status(
+    metal_cluster: dict, cluster: dict | None, timestamp: str, catalog: dict | None = None
+) -> tuple[dict, bool]:
+    """(the cluster's whole status after this run, whether it waits for its owner Cluster); `catalog` the namespace's
+    HostCatalog, or None."""
     current = copy.deepcopy(metal_cluster.get("status") or {})
     generation = metal_cluster["metadata"].get("generation", 0)
     conditions = current.get("conditions") or []
@@ -58,6 +80,11 @@ def desired_status(metal_cluster: dict, cluster: dict | None, timestamp: str) ->
             ready = ("True", NO_ENDPOINT, "no spec.controlPlaneEndpoint: the Cluster's own, or its control plane's")
             current["initialization"] = {"provisioned": True}
         conditions = cond.set_condition(conditions, READY, *ready, generation, timestamp)
+        domains = failure_domains(catalog)
+        if domains:
+            current["failureDomains"] = domains
+        else:
+            current.pop("failureDomains", None)
     current["conditions"] = conditions
     current["observedGeneration"] = generation
     return current, waiting

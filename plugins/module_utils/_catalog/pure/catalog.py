@@ -50,10 +50,10 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 )
 
 API_VERSION = metal3.API_VERSION
-KIND = "HostCatalog"
+KIND = metal3.CATALOG_KIND
 HOST_KIND = "BareMetalHost"
 POLICY_KIND = "HostDeployPolicy"
-NAME = "hosts"  # one catalog per tenant namespace, always this name
+NAME = metal3.CATALOG_NAME  # one catalog per tenant namespace, always this name
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "metalclaim"
 # The claim layer's record of a host's accepted bookings (_claims/pure/booking.py ANNOTATION; a unit test keeps them
@@ -62,7 +62,7 @@ BOOKINGS_ANNOTATION = "metalclaim.io/bookings"
 # A released host the claim layer holds for the next claim of one namespace with a reuse key (_claims/pure/reuse.py
 # HOLD_ANNOTATION): free for nobody else, so counted as neither free nor bound.
 HOLD_ANNOTATION = "metalclaim.io/reuse-hold"
-HIDDEN = "HIDDEN"  # a public label's value that would name a host, a namespace or a BMC
+HIDDEN = metal3.CATALOG_HIDDEN  # a public label's value that would name a host, a namespace or a BMC
 NONE = ""  # a host without a public label: the class's label is shown empty
 COUNTS = ("total", "free", "bound", "booked")
 # Classes listed at most (the totals count every host); the API server takes the object whatever the fleet.

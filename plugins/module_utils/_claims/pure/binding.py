@@ -34,8 +34,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure.
 CLAIM_KIND = "HostClaim"
 DEFAULT_CLAIM_KIND = "baremetal"
 FINALIZER = "metal3.io/hostclaim"
-# A host's failure domain: Cluster API's label (what Metal3 users set), else the well-known zone label.
-FAILURE_DOMAIN_LABELS = ("infrastructure.cluster.x-k8s.io/failure-domain", "topology.kubernetes.io/zone")
+FAILURE_DOMAIN_LABELS = metal3.FAILURE_DOMAIN_LABELS
 
 # Association reasons (the user guide's names).
 ASSOCIATED = "BareMetalHostAssociated"

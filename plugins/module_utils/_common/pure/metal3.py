@@ -31,6 +31,14 @@ FIRMWARE_SETTINGS_KIND = "HostFirmwareSettings"
 
 # The data Secrets a claim (and a host) references, in the order the guide lists them.
 DATA_ROLES = ("userData", "metaData", "networkData")
+# A host's failure domain: Cluster API's label (what Metal3 users set), else the well-known zone label. The binder
+# prefers a claim's spec.failureDomain by it; the Cluster API provider lists the values a catalog publishes.
+FAILURE_DOMAIN_LABELS = ("infrastructure.cluster.x-k8s.io/failure-domain", "topology.kubernetes.io/zone")
+# A tenant namespace's one HostCatalog (the claim side writes it, _catalog), and the value it shows for a public
+# label's value that would name a host, a namespace or a BMC.
+CATALOG_KIND = "HostCatalog"
+CATALOG_NAME = "hosts"
+CATALOG_HIDDEN = "HIDDEN"
 
 # Every value of BareMetalHost status.provisioning.state (baremetal-operator's ProvisioningState).
 STATES = (

@@ -196,3 +196,30 @@ def test_a_cluster_is_provisioned_once_owned_and_reports_the_endpoint_it_was_giv
     assert (ready["reason"], ready["message"]) == (clusters.ENDPOINT_GIVEN, "control plane endpoint 192.0.2.10:6443")
     paused_status, _ = clusters.desired_status({"metadata": metal_cluster["metadata"]}, cluster(paused=True), NOW)
     assert "initialization" not in paused_status
+
+
+def test_failure_domains_are_what_the_namespaces_catalog_publishes():
+    catalog = {
+        "status": {
+            "classes": [
+                {"labels": {"infrastructure.cluster.x-k8s.io/failure-domain": "rack-b"}},
+                {"labels": {"topology.kubernetes.io/zone": "zone-1"}},  # the zone label where Cluster API's is absent
+                {"labels": {"infrastructure.cluster.x-k8s.io/failure-domain": "rack-a", "kind": "gpu"}},
+                {"labels": {"infrastructure.cluster.x-k8s.io/failure-domain": "rack-a"}},
+                {"labels": {"infrastructure.cluster.x-k8s.io/failure-domain": "HIDDEN"}},  # would name a host
+                {"labels": {"kind": "small"}},
+            ]
+        }
+    }
+    assert clusters.failure_domains(catalog) == [
+        {"name": "rack-a", "controlPlane": True},
+        {"name": "rack-b", "controlPlane": True},
+        {"name": "zone-1", "controlPlane": True},
+    ]
+    assert clusters.failure_domains(None) == []
+    metal_cluster = {"metadata": {"name": "c1", "namespace": NS, "generation": 1}, "spec": {}}
+    status, _ = clusters.desired_status(metal_cluster, cluster(), NOW, catalog)
+    assert [d["name"] for d in status["failureDomains"]] == ["rack-a", "rack-b", "zone-1"]
+    metal_cluster["status"] = status
+    status, _ = clusters.desired_status(metal_cluster, cluster(), NOW, None)  # no longer published
+    assert "failureDomains" not in status
