@@ -165,7 +165,11 @@ def test_a_machine_deployment_runs_on_shared_hosts_and_gives_them_back(
                     .data["metaData"]
                 )
             )
-            assert metadata == {"local-hostname": owner, "providerid": metal_machine["spec"]["providerID"]}
+            assert metadata == {
+                "instance-id": metal_machine["metadata"]["uid"],
+                "local-hostname": owner,
+                "providerid": metal_machine["spec"]["providerID"],
+            }
             assert site.read(host["name"])["spec"]["userData"]["name"] == f"{host['name']}-userdata"
         assert sorted(held.values()) == ["h0", "h1", "h2"], held
         for machine in listed(machines):

@@ -118,14 +118,16 @@ def metadata_name(metal_machine: dict) -> str:
     return f"{key(metal_machine)[1]}-metadata"
 
 
-def metadata_document(machine: dict, pid: str) -> dict:
-    """What cloud-init's metaData gives the host: the name a kubelet registers under and the providerID it reports."""
-    return {"local-hostname": key(machine)[1], "providerid": pid}
+def metadata_document(metal_machine: dict, machine: dict, pid: str) -> dict:
+    """What cloud-init's meta-data gives the host (NoCloud, the config drive's, JSON being YAML): an instance-id of
+    this machine (a new machine is a new instance, so cloud-init runs its bootstrap data again), the name a kubelet
+    registers under and the providerID it reports."""
+    return {"instance-id": metal_machine["metadata"]["uid"], "local-hostname": key(machine)[1], "providerid": pid}
 
 
 def metadata_secret(metal_machine: dict, machine: dict, pid: str) -> dict:
     namespace, _name = key(metal_machine)
-    text = json.dumps(metadata_document(machine, pid), sort_keys=True)
+    text = json.dumps(metadata_document(metal_machine, machine, pid), sort_keys=True)
     return {
         "apiVersion": "v1",
         "kind": "Secret",

@@ -107,7 +107,11 @@ def test_a_bound_claim_gets_its_metadata_first_then_its_data_image_and_power():
     secret = planned.metadata
     assert secret["metadata"]["name"] == "w-1-metadata" and secret["type"] == "Opaque"
     assert secret["metadata"]["labels"][m.METADATA_LABEL] == "uid-w-1"
-    assert json.loads(base64.b64decode(secret["data"]["metaData"])) == {"local-hostname": "w-1", "providerid": pid}
+    assert json.loads(base64.b64decode(secret["data"]["metaData"])) == {
+        "instance-id": "uid-w-1",
+        "local-hostname": "w-1",
+        "providerid": pid,
+    }
     spec = planned.claim_spec
     assert spec["userData"] == {"name": "w-1-bootstrap"} and spec["metaData"] == {"name": "w-1-metadata"}
     assert spec["networkData"] == {"name": "net"} and spec["image"] == {"url": "http://x/i.iso"}
