@@ -262,11 +262,6 @@ def start_apiserver(state: dict, argv: list[str]) -> int:
     return pid
 
 
-def restart_apiserver(state: dict, grace: float = 5.0) -> int:
-    """Stop and start the devenv's kube-apiserver with the same command line; returns the new pid."""
-    return start_apiserver(state, stop_apiserver(state, grace))
-
-
 def restart_controller_manager(state: dict, controllers: tuple[str, ...]) -> int:
     """Restart the devenv's kube-controller-manager running `controllers` (its other flags kept); returns the new pid.
 
