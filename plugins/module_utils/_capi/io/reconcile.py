@@ -64,6 +64,14 @@ def _by_name(run: CapiRun, api_version: str, kind: str, namespace: str, name: st
     return None
 
 
+def _metadata_secret(run: CapiRun, namespace: str, name: str) -> dict | None:
+    """The provider's metaData Secret of that name (listed by its label: no other Secret of the tenant is read)."""
+    for secret in run.kube.held("v1", "Secret", namespace, label_selector=machines.METADATA_LABEL):
+        if machines.key(secret)[1] == name:
+            return copy.deepcopy(secret)
+    return None
+
+
 def _cluster_of(run: CapiRun, namespace: str, name: str) -> dict | None:
     return _by_name(run, machines.CAPI_API_VERSION, "Cluster", namespace, name) if name else None
 
@@ -125,14 +133,7 @@ def _machine(run: CapiRun, metal_machine: dict, result: dict) -> dict:
     ).get(machines.CLUSTER_NAME_LABEL, "")
     cluster = _cluster_of(run, namespace, cluster_name)
     claim = _by_name(run, metal3.API_VERSION, "HostClaim", namespace, name)
-    secret = next(
-        (
-            copy.deepcopy(s)
-            for s in run.kube.held("v1", "Secret", namespace, label_selector=machines.METADATA_LABEL)
-            if machines.key(s)[1] == machines.metadata_name(metal_machine)
-        ),
-        None,
-    )
+    secret = _metadata_secret(run, namespace, machines.metadata_name(metal_machine))
     planned = machines.plan(metal_machine, machine, cluster, claim, secret)
     writes = []
     if planned.add_finalizer or planned.remove_finalizer:
@@ -199,14 +200,7 @@ def _write_secret(run: CapiRun, planned, metal_machine: dict, writes: list) -> d
     """Create or rewrite the machine's metaData Secret; None when its name is taken by a Secret not ours."""
     wanted = planned.metadata
     namespace, _name = machines.key(metal_machine)
-    current = next(
-        (
-            s
-            for s in run.kube.held("v1", "Secret", namespace, label_selector=machines.METADATA_LABEL)
-            if machines.key(s)[1] == wanted["metadata"]["name"]
-        ),
-        None,
-    )
+    current = _metadata_secret(run, namespace, wanted["metadata"]["name"])
     try:
         if current is None:
             written = wanted if run.check_mode else run.kube.create(wanted)
