@@ -22,6 +22,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.ma
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
     CAPI_API_VERSION,  # the Cluster API version the provider reads Machines and Clusters in
+    capi_owner,  # the Cluster API Machine or Cluster owning one of the provider's objects
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
     CLUSTER_KIND as CAPI_CLUSTER_KIND,
@@ -134,6 +135,7 @@ __all__ = [
     "TOKEN_RE",
     "asks_before_binding",
     "capi_failure_domains",
+    "capi_owner",
     "catalog_namespaces",
     "claim_kind",
     "compile_allowed",

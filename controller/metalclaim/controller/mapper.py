@@ -42,6 +42,7 @@ from ansible_collections.metalclaim.hostclaim.plugins.module_utils.controller_co
     TOKEN_RE,
     asks_before_binding,
     capi_failure_domains,
+    capi_owner,
     catalog_namespaces,
     claim_kind,
     compile_allowed,
@@ -496,13 +497,6 @@ CAPI_MACHINE = "capimachine"
 CAPI_CLUSTER = "capicluster"
 
 
-def _capi_owner(obj: dict | None, kind: str) -> str:
-    for ref in _meta(obj).get("ownerReferences") or []:
-        if ref.get("kind") == kind and (ref.get("apiVersion") or "").startswith("cluster.x-k8s.io/"):
-            return ref.get("name") or ""
-    return ""
-
-
 def _capi_paused(obj: dict | None) -> bool:
     return CAPI_PAUSED_ANNOTATION in (_meta(obj).get("annotations") or {})
 
@@ -523,7 +517,7 @@ def metal_machine_fingerprint(metal_machine: dict | None):
         meta.get("uid"),
         repr(sorted(spec.items())),
         bool(meta.get("deletionTimestamp")),
-        _capi_owner(metal_machine, "Machine"),
+        capi_owner(metal_machine, "Machine"),
         (meta.get("labels") or {}).get(CAPI_CLUSTER_NAME_LABEL),
         _capi_paused(metal_machine),
     )
@@ -597,7 +591,7 @@ def metal_cluster_changed(old: dict | None, new: dict | None) -> Keys:
         return (
             meta.get("uid"),
             meta.get("generation"),
-            _capi_owner(metal_cluster, "Cluster"),
+            capi_owner(metal_cluster, "Cluster"),
             _capi_paused(metal_cluster),
         )
 

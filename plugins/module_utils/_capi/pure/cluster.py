@@ -20,11 +20,11 @@ from __future__ import annotations
 import copy
 
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._capi.pure.machine import (
-    CAPI_GROUP,
     IS_PAUSED,
     NOT_PAUSED,
     PAUSED,
     READY,
+    capi_owner,
     paused,
 )
 from ansible_collections.metalclaim.hostclaim.plugins.module_utils._common.pure import conditions as cond
@@ -36,10 +36,7 @@ NO_ENDPOINT = "NoControlPlaneEndpoint"
 
 
 def owner_cluster(metal_cluster: dict) -> str:
-    for ref in (metal_cluster.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Cluster" and (ref.get("apiVersion") or "").split("/")[0] == CAPI_GROUP:
-            return ref.get("name") or ""
-    return ""
+    return capi_owner(metal_cluster, "Cluster")
 
 
 def failure_domains(catalog: dict | None) -> list[dict]:

@@ -76,12 +76,16 @@ def deleting(obj: dict | None) -> bool:
     return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))
 
 
-def owner_machine(machine: dict) -> str:
-    """Name of the Cluster API Machine owning a MetalClaimMachine ("" before Cluster API sets it)."""
-    for ref in (machine.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Machine" and (ref.get("apiVersion") or "").split("/")[0] == CAPI_GROUP:
+def capi_owner(obj: dict | None, kind: str) -> str:
+    """Name of the Cluster API object of `kind` (Machine, Cluster) owning `obj` ("" before Cluster API sets it)."""
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == kind and (ref.get("apiVersion") or "").split("/")[0] == CAPI_GROUP:
             return ref.get("name") or ""
     return ""
+
+
+def owner_machine(metal_machine: dict) -> str:
+    return capi_owner(metal_machine, "Machine")
 
 
 def controlled_by(obj: dict | None, owner: dict) -> bool:
